@@ -1,0 +1,1 @@
+"""FluidPD: prefill/decode disaggregated LLM serving with in-place elasticity."""

@@ -1,0 +1,56 @@
+"""PNG plots: TTFT and TBT CDFs across policies, and per-policy timelines of queues and use."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def cdf_plot(series: dict[str, tuple[np.ndarray, np.ndarray]], xlabel: str, path: Path, slo: float | None = None) -> Path:
+    """`series`: label -> (values, cumulative fraction)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, (x, y) in series.items():
+        if len(x):
+            ax.step(x, y, where="post", label=label)
+    if slo:
+        ax.axvline(slo, color="grey", linestyle="--", label="SLO")
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction of samples")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def sorted_cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    return v, np.arange(1, len(v) + 1) / max(len(v), 1)
+
+
+def timeline_plot(timeline, title: str, path: Path) -> Path:
+    """Queue length, decoding batch, KV use and utilisation of every worker over time."""
+    t = np.asarray(timeline.t)
+    panels = [("queued requests", timeline.queue), ("decoding requests", timeline.decoding),
+              ("KV use", timeline.kv_use), ("utilisation", timeline.utilization)]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 9), sharex=True)
+    for ax, (label, data) in zip(axes, panels):
+        arr = np.asarray(data, dtype=np.float64)
+        if arr.size:
+            for w in range(arr.shape[1]):
+                ax.plot(t, arr[:, w], linewidth=0.8, label=f"w{w} ({timeline.role[0][w]})")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_title(title)
+    axes[0].legend(fontsize=6, ncol=4)
+    axes[-1].set_xlabel("time (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

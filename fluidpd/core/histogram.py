@@ -1,0 +1,93 @@
+"""Streaming log-bucketed histogram: quantiles of millions of samples in constant memory."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class StreamingHistogram:
+    """Log-spaced buckets between `lo` and `hi` seconds; relative error about `rel_err`."""
+
+    lo: float = 1e-5
+    hi: float = 1e5
+    rel_err: float = 0.005
+    counts: np.ndarray = field(init=False)
+    total: float = 0.0
+    sum: float = 0.0
+    max: float = 0.0
+    _log_lo: float = field(init=False)
+    _scale: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.lo < self.hi or self.rel_err <= 0:
+            raise ValueError("histogram needs 0 < lo < hi and rel_err > 0")
+        self._log_lo = math.log(self.lo)
+        self._scale = 1.0 / math.log1p(2 * self.rel_err)
+        n = int(math.ceil((math.log(self.hi) - self._log_lo) * self._scale)) + 2
+        self.counts = np.zeros(n, dtype=np.float64)
+
+    def _bucket(self, x: float) -> int:
+        if x <= self.lo:
+            return 0
+        i = int((math.log(x) - self._log_lo) * self._scale) + 1
+        return min(i, len(self.counts) - 1)
+
+    def add(self, x: float, weight: float = 1.0) -> None:
+        self.counts[self._bucket(x)] += weight
+        self.total += weight
+        self.sum += x * weight
+        if x > self.max:
+            self.max = x
+
+    def add_many(self, xs: np.ndarray) -> None:
+        xs = np.asarray(xs, dtype=np.float64)
+        if xs.size == 0:
+            return
+        idx = np.ones(xs.shape, dtype=np.int64)
+        pos = xs > self.lo
+        idx[~pos] = 0
+        idx[pos] = (np.log(xs[pos]) - self._log_lo) * self._scale + 1
+        np.add.at(self.counts, np.minimum(idx, len(self.counts) - 1), 1.0)
+        self.total += xs.size
+        self.sum += float(xs.sum())
+        self.max = max(self.max, float(xs.max()))
+
+    def _value(self, i: int) -> float:
+        if i == 0:
+            return self.lo
+        lo_edge = math.exp(self._log_lo + (i - 1) / self._scale)
+        hi_edge = math.exp(self._log_lo + i / self._scale)
+        return min(math.sqrt(lo_edge * hi_edge), self.max)
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile (0..1); NaN when empty."""
+        if not 0.0 <= q <= 1.0:
+            raise ValueError("quantile q must be in [0, 1]")
+        if self.total == 0:
+            return math.nan
+        target = q * self.total
+        cum = np.cumsum(self.counts)
+        i = int(np.searchsorted(cum, target, side="left"))
+        return self._value(min(i, len(self.counts) - 1))
+
+    @property
+    def mean(self) -> float:
+        return self.sum / self.total if self.total else math.nan
+
+    def cdf_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(values, cumulative fraction) over the non-empty buckets, for CDF plots."""
+        nz = np.nonzero(self.counts)[0]
+        values = np.array([self._value(int(i)) for i in nz])
+        cum = np.cumsum(self.counts[nz]) / self.total if self.total else np.array([])
+        return values, cum
+
+    def merge(self, other: "StreamingHistogram") -> None:
+        if len(other.counts) != len(self.counts) or other.lo != self.lo:
+            raise ValueError("can only merge histograms with the same buckets")
+        self.counts += other.counts
+        self.total += other.total
+        self.sum += other.sum
+        self.max = max(self.max, other.max)

@@ -1,0 +1,41 @@
+"""Calibration knobs of the roofline latency model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyConfig:
+    """Efficiency factors and fixed costs that turn datasheet peaks into step times.
+
+    Defaults are datasheet-era estimates for H100-class GPUs, meant to be replaced by a fit
+    against engine measurements:
+    - mfu 0.5: dense GEMM fraction of peak (the DistServe seed's 50 % MFU).
+    - attn_efficiency 0.4: attention kernels (FlashAttention-2/3 with causal masking and
+      short, ragged sequences) reach less of peak than large GEMMs.
+    - bw_efficiency 0.8: achievable fraction of HBM bandwidth when streaming weights and KV.
+    - step_overhead_s 2 ms: per-iteration scheduling, sampling and kernel-launch time of a GPU
+      engine (the FluidPD seed puts tail launch latency near 2 ms on H100).
+    - tp_comm_efficiency 0.8: NCCL bus bandwidth as a fraction of unidirectional NVLink.
+    - allreduce_latency_s 8 us: fixed cost of one small all-reduce on NVLink.
+    - p2p_latency_s 10 us: fixed cost of one pipeline-stage activation send.
+    """
+
+    mfu: float = 0.5
+    attn_efficiency: float = 0.4
+    bw_efficiency: float = 0.8
+    step_overhead_s: float = 2e-3
+    tp_comm_efficiency: float = 0.8
+    allreduce_latency_s: float = 8e-6
+    p2p_latency_s: float = 10e-6
+
+    def __post_init__(self) -> None:
+        for f in ("mfu", "attn_efficiency", "bw_efficiency", "tp_comm_efficiency"):
+            v = getattr(self, f)
+            if not 0.0 < v <= 1.0:
+                raise ValueError(f"{f} must be in (0, 1], got {v}")
+        for f in ("step_overhead_s", "allreduce_latency_s", "p2p_latency_s"):
+            v = getattr(self, f)
+            if not v >= 0.0:
+                raise ValueError(f"{f} must be >= 0, got {v}")

@@ -1,0 +1,155 @@
+"""Roofline latency model of one engine step on a TP x PP group of accelerators."""
+
+from __future__ import annotations
+
+import math
+
+from fluidpd.latency.config import LatencyConfig
+from fluidpd.latency.shape import StepShape
+from fluidpd.specs.hardware import HardwareSpec
+from fluidpd.specs.models import ModelSpec
+
+
+class RooflineModel:
+    """Roofline time of one mixed step (prefill chunks + decode tokens) of `model` on `hw`.
+
+    Two kernel groups run back to back, each bound by compute or memory, whichever is slower:
+      dense     = max(GEMM FLOPs / (peak * mfu), (weights + GEMM activations) / (bw * eff))
+      attention = max(attn FLOPs / (peak * attn_eff), (KV read + KV write) / (bw * eff))
+    GEMM FLOPs: 2 per weight per token in the layers, plus the LM head on one row per chunk
+    and per decode token. Attention FLOPs: 4 * layers * heads * head_dim per query-key pair.
+    Tensor parallelism splits FLOPs, weights and KV heads over `tp` ranks and adds 2 ring
+    all-reduces per layer; pipeline parallelism splits layers over `pp` stages and adds one
+    activation send per stage boundary. The step overhead (scheduling, launches) is added once.
+    Constants are precomputed so a call costs a handful of float operations.
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        hw: HardwareSpec,
+        tp: int = 1,
+        pp: int = 1,
+        config: LatencyConfig = LatencyConfig(),
+        pp_link_bw: float | None = None,
+    ) -> None:
+        if tp < 1 or pp < 1 or int(tp) != tp or int(pp) != pp:
+            raise ValueError(f"tp and pp must be positive integers, got tp={tp} pp={pp}")
+        if pp > model.n_layers:
+            raise ValueError(f"pp={pp} exceeds the model's {model.n_layers} layers")
+        self.model, self.hw, self.tp, self.pp, self.config = model, hw, int(tp), int(pp), config
+        c = config
+        gemm_peak = hw.flops(model.dtype) * c.mfu  # ValueError for fp8 on A100
+        attn_peak = hw.flops("fp32" if model.dtype == "fp32" else "bf16") * c.attn_efficiency
+        bw = hw.mem_bw * c.bw_efficiency
+        act_b = 4 if model.dtype == "fp32" else 2  # activations stay 16-bit under fp8 weights
+        h, hd, nh, nkv = model.hidden, model.head_dim, model.n_heads, model.n_kv_heads
+        L = model.n_layers
+        # Fraction of heads one TP rank holds; KV heads are replicated when tp > n_kv_heads.
+        q_share = math.ceil(nh / tp) / nh
+        self.kv_share = math.ceil(nkv / tp) / nkv
+
+        layer_params = model.matmul_params - model.vocab * h
+        self._t_tok = 2 * layer_params / tp / gemm_peak  # s per token through all layers
+        self._t_row = 2 * model.vocab * h / tp / gemm_peak  # s per LM-head row (vocab-parallel)
+        self._t_w = model.weight_bytes / tp / bw
+        # GEMM input/output activations per layer and token: hidden-sized tensors are
+        # replicated on every TP rank, head- and intermediate-sized ones are split.
+        mlp_out = (2 if model.gated_mlp else 1) * model.intermediate
+        split = (nh + 2 * nkv) * hd + nh * hd + mlp_out + model.intermediate
+        self._t_act = L * (4 * h + split / tp) * act_b / bw
+        self._t_pair = model.attn_flops_per_pair * q_share / attn_peak
+        self._t_kv = model.kv_bytes_per_token * self.kv_share / bw
+
+        if tp > 1:
+            link = hw.nvlink_bw_unidir * c.tp_comm_efficiency
+            self._ar_tok = 2 * L * (2 * (tp - 1) / tp) * h * act_b / link
+            self._ar_fixed = 2 * L * c.allreduce_latency_s
+        else:
+            self._ar_tok = self._ar_fixed = 0.0
+        if pp > 1:
+            self._pp_tok = h * act_b / (pp_link_bw or hw.nvlink_bw_unidir)
+            self._pp_fixed = c.p2p_latency_s
+        else:
+            self._pp_tok = self._pp_fixed = 0.0
+        self._overhead = c.step_overhead_s
+
+    # --- step times ---------------------------------------------------------------------
+    def _full(self, s: StepShape) -> tuple[float, int]:
+        """Per-rank time of all layers (no overhead, no PP sends) and the token count."""
+        tok = s.prefill_tokens + s.decode_tokens
+        dense_c = tok * self._t_tok + (s.prefill_seqs + s.decode_tokens) * self._t_row
+        dense_m = self._t_w + tok * self._t_act
+        attn_c = (s.prefill_attn_pairs + s.decode_ctx) * self._t_pair
+        attn_m = (s.prefill_kv_read + s.decode_ctx + tok) * self._t_kv
+        t = (dense_c if dense_c > dense_m else dense_m) + (attn_c if attn_c > attn_m else attn_m)
+        return t + tok * self._ar_tok + self._ar_fixed, tok
+
+    def step_time(self, shape: StepShape) -> float:
+        """Latency of the step through all pipeline stages, in seconds (0 for an empty step)."""
+        t, tok = self._full(shape)
+        if tok == 0:
+            return 0.0
+        return t + (self.pp - 1) * (tok * self._pp_tok + self._pp_fixed) + self._overhead
+
+    def stage_time(self, shape: StepShape) -> float:
+        """Time of the slowest pipeline stage: the throughput-limiting step interval."""
+        t, tok = self._full(shape)
+        if tok == 0:
+            return 0.0
+        return t / self.pp + tok * self._pp_tok + self._pp_fixed + self._overhead
+
+    def prefill_time(self, n_tokens: int, prior: int = 0) -> float:
+        """One prefill chunk of `n_tokens` after `prior` cached tokens, alone in a step."""
+        s = StepShape()
+        s.add_chunk(n_tokens, prior)
+        return self.step_time(s)
+
+    def decode_time(self, batch: int, ctx_per_seq: int) -> float:
+        """One decode step of `batch` sequences, each with `ctx_per_seq` tokens of context."""
+        return self.step_time(StepShape(decode_tokens=batch, decode_ctx=batch * ctx_per_seq))
+
+    # --- sizes and transfers --------------------------------------------------------------
+    def kv_bytes(self, tokens: int) -> int:
+        """KV cache of `tokens` tokens across all layers and heads (what a P->D handoff moves)."""
+        return tokens * self.model.kv_bytes_per_token
+
+    @staticmethod
+    def kv_transfer_time(nbytes: float, link_bw: float, cap_fraction: float = 1.0) -> float:
+        """Seconds to move `nbytes` over a link of `link_bw` bytes/s, using `cap_fraction` of it."""
+        if link_bw <= 0 or not 0.0 < cap_fraction <= 1.0:
+            raise ValueError("link_bw must be > 0 and cap_fraction in (0, 1]")
+        return nbytes / (link_bw * cap_fraction)
+
+    def weight_load_time(self, bw: float) -> float:
+        """Seconds for every rank to load its 1/(tp*pp) share of the weights in parallel at `bw`."""
+        if bw <= 0:
+            raise ValueError("bw must be > 0")
+        return self.model.weight_bytes / (self.tp * self.pp) / bw
+
+    def capacity_kv_tokens(self, scratch_fraction: float = 0.1, scratch_bytes: float = 0.0) -> int:
+        """KV tokens that fit in the group's memory after weights and scratch.
+
+        scratch = scratch_fraction of the total memory (activations, workspaces, allocator slack;
+        0.1 matches vLLM's default 0.9 memory utilisation) plus `scratch_bytes`.
+        """
+        if not 0.0 <= scratch_fraction < 1.0 or scratch_bytes < 0:
+            raise ValueError("scratch_fraction must be in [0, 1) and scratch_bytes >= 0")
+        total = self.hw.mem_bytes * self.tp * self.pp
+        weights = self.model.weight_bytes
+        if weights >= total:
+            raise ValueError(
+                f"{self.model.name} weights ({weights / 1e9:.1f} GB) do not fit in "
+                f"{self.tp * self.pp} x {self.hw.name} ({total / 1e9:.0f} GB)"
+            )
+        free = total * (1.0 - scratch_fraction) - scratch_bytes - weights
+        if free <= 0:
+            raise ValueError(f"no memory left for KV cache after weights and {total - free - weights:.3g} B scratch")
+        per_token = self.model.kv_bytes_per_token * self.kv_share * self.tp  # replicated KV heads
+        return int(free // per_token)
+
+    def kv_blocks(self, block_size: int = 16, scratch_fraction: float = 0.1, scratch_bytes: float = 0.0) -> int:
+        """Paged-KV blocks of `block_size` tokens that fit (see capacity_kv_tokens)."""
+        if block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        return self.capacity_kv_tokens(scratch_fraction, scratch_bytes) // block_size

@@ -1,0 +1,56 @@
+"""The policy interface every world drives, and the knobs the baselines share."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fluidpd.core.request import Request
+from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView
+
+
+@dataclass(slots=True)
+class PolicyConfig:
+    """Scheduling knobs shared by the policies (vLLM-style names)."""
+
+    max_num_seqs: int = 256               # decoding + admitted requests per worker
+    max_num_batched_tokens: int = 8192    # colocated prefill batch limit
+    chunk_budget: int = 512               # tokens per mixed step for `chunked` (Sarathi-Serve)
+    prefill_batch_tokens: int = 0         # DistServe's L_m (0: the world profiles it)
+    prefill_workers: int = 0              # static split: prefill instances (0 = a quarter)
+    tick_s: float = 0.010                 # control-plane cycle (FluidPD's 10 ms)
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "chunk_budget"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.prefill_workers < 0 or self.prefill_batch_tokens < 0:
+            raise ValueError("prefill_workers and prefill_batch_tokens must be >= 0")
+        if self.tick_s <= 0:
+            raise ValueError("tick_s must be > 0")
+
+
+class Policy:
+    """A serving policy: initial roles, routing, step content, hand-off, periodic control."""
+
+    name = "policy"
+    uses_tick = False
+
+    def __init__(self, config: PolicyConfig | None = None):
+        self.config = config or PolicyConfig()
+
+    def roles(self, n_workers: int) -> list[Role]:
+        return [Role.COLOCATED] * n_workers
+
+    def route(self, req: Request, view: ClusterView) -> int:
+        """The worker whose prefill queue takes a new request."""
+        raise NotImplementedError
+
+    def plan_step(self, worker: WorkerView, view: ClusterView) -> StepPlan:
+        raise NotImplementedError
+
+    def handoff(self, req: Request, worker: WorkerView, view: ClusterView) -> int | None:
+        """Where a just-prefilled request decodes: a decode worker id, or None to stay."""
+        return None
+
+    def tick(self, view: ClusterView) -> list:
+        """Periodic control (every `config.tick_s`); baselines do nothing."""
+        return []

@@ -1,0 +1,34 @@
+"""Dispatch rules: least-loaded replica, shortest prefill queue, least-loaded decode instance."""
+from __future__ import annotations
+
+from typing import Iterable
+
+from fluidpd.policy.view import Role, WorkerView
+
+
+def candidates(workers: Iterable[WorkerView], role: Role) -> list[WorkerView]:
+    found = [w for w in workers if w.role is role and w.routable]
+    if not found:
+        raise RuntimeError(f"no routable {role.value} worker")
+    return found
+
+
+def least_loaded(workers: Iterable[WorkerView], role: Role = Role.COLOCATED) -> int:
+    """The replica with the fewest outstanding requests (queued + decoding); lowest id on ties."""
+    best = min(candidates(workers, role), key=lambda w: (len(w.queue) + w.num_decoding, w.id))
+    return best.id
+
+
+def shortest_queue(workers: Iterable[WorkerView], role: Role = Role.PREFILL) -> int:
+    """The prefill worker with the least queued prefill work (tokens); lowest id on ties."""
+    best = min(candidates(workers, role), key=lambda w: (w.queued_tokens, len(w.queue), w.id))
+    return best.id
+
+
+def least_loaded_decode(workers: Iterable[WorkerView]) -> int:
+    """The decode worker with the most free KV after the pulls promised to it; lowest id on ties."""
+    best = min(
+        candidates(workers, Role.DECODE),
+        key=lambda w: (-(w.free_blocks - w.pull_blocks_pending), w.num_decoding, w.id),
+    )
+    return best.id

@@ -1,0 +1,90 @@
+"""The shared step planner: which prefill chunks and decode tokens run together in one step.
+
+Every world (simulator, runtime) asks these functions for the content of a worker's next
+step, so a policy plans identically whether its steps are priced or executed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fluidpd.policy.view import StepPlan, WorkerView, blocks_for
+
+
+@dataclass(slots=True)
+class Admission:
+    """Free KV blocks and sequence slots left while a step is being planned."""
+
+    free_blocks: int
+    free_seqs: int
+
+    @classmethod
+    def of(cls, w: WorkerView, max_num_seqs: int) -> "Admission":
+        started = sum(1 for r in w.queue if r.prefilled > 0)
+        return cls(w.free_blocks, max_num_seqs - w.num_decoding - w.num_held - started)
+
+    def admit(self, prefilled: int, target: int, block_size: int) -> bool:
+        """Reserve room for a request's whole prefill when it starts; True when it fits."""
+        if prefilled > 0:
+            return True
+        need = blocks_for(target, block_size)
+        if need > self.free_blocks or self.free_seqs <= 0:
+            return False
+        self.free_blocks -= need
+        self.free_seqs -= 1
+        return True
+
+
+def whole_prompts(w: WorkerView, max_tokens: int, max_num_seqs: int) -> list:
+    """FCFS whole prompts up to `max_tokens` (DistServe's L_m batching; a longer prompt runs alone)."""
+    room = Admission.of(w, max_num_seqs)
+    chunks, tokens = [], 0
+    for req in w.queue:
+        need = req.prefill_remaining
+        if chunks and tokens + need > max_tokens:
+            break
+        if not room.admit(req.prefilled, req.prefill_target, w.block_size):
+            break
+        chunks.append((req, need))
+        tokens += need
+        if tokens >= max_tokens:
+            break
+    return chunks
+
+
+def chunks_within(w: WorkerView, budget: int, max_num_seqs: int) -> list:
+    """FCFS prefill chunks filling `budget` tokens; the last one may be a partial prompt."""
+    room = Admission.of(w, max_num_seqs)
+    chunks = []
+    for req in w.queue:
+        if budget <= 0:
+            break
+        if not room.admit(req.prefilled, req.prefill_target, w.block_size):
+            break
+        c = min(req.prefill_remaining, budget)
+        chunks.append((req, c))
+        budget -= c
+    return chunks
+
+
+def prefill_first(w: WorkerView, max_tokens: int, max_num_seqs: int) -> StepPlan:
+    """vLLM-style colocated step: waiting prompts first (alone), otherwise every decode."""
+    chunks = whole_prompts(w, max_tokens, max_num_seqs)
+    if chunks:
+        return StepPlan(chunks=chunks)
+    return StepPlan(decode=w.num_decoding > 0)
+
+
+def decodes_then_chunks(w: WorkerView, budget: int, max_num_seqs: int) -> StepPlan:
+    """Sarathi-Serve / vLLM v1 step: every decode, then prefill chunks in the remaining budget."""
+    chunks = chunks_within(w, budget - w.num_decoding, max_num_seqs)
+    return StepPlan(chunks=chunks, decode=w.num_decoding > 0)
+
+
+def prefill_only(w: WorkerView, max_tokens: int, max_num_seqs: int) -> StepPlan:
+    """A prefill instance's step: an L_m-token batch of whole prompts."""
+    return StepPlan(chunks=whole_prompts(w, max_tokens, max_num_seqs))
+
+
+def decode_only(w: WorkerView) -> StepPlan:
+    """A decode instance's step: one token for every decoding request."""
+    return StepPlan(decode=w.num_decoding > 0)

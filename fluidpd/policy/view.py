@@ -1,0 +1,69 @@
+"""What the control plane sees of the cluster, and what it may ask for.
+
+The simulator and the real runtime both implement `WorkerView` and `ClusterView`; the
+policy package reads them and never touches a world's internals.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol, Sequence
+
+from fluidpd.core.request import Request
+
+
+class Role(str, Enum):
+    """A worker's role: a prefill or decode instance, or a colocated replica doing both."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    COLOCATED = "colocated"
+
+
+class WorkerView(Protocol):
+    """Read-only state of one worker (one engine instance, one or more GPUs)."""
+
+    id: int
+    role: Role
+    node: int
+    routable: bool              # False while FluidRole drains it
+    block_size: int
+    kv_blocks_total: int
+    kv_blocks_used: int
+    pull_blocks_pending: int    # blocks promised to KV pulls queued on this worker
+    queue: Sequence[Request]    # waiting and partly prefilled requests, FIFO
+    queued_tokens: int          # prefill tokens still to compute for `queue`
+    num_decoding: int
+    decode_ctx_sum: int
+    num_held: int               # prefilled requests whose KV waits here to be pulled
+    step_time_ewma_s: float     # measured time of recent decode steps
+
+    @property
+    def free_blocks(self) -> int: ...
+
+
+class ClusterView(Protocol):
+    """Read-only state of the cluster at `now` (virtual or wall clock, seconds)."""
+
+    now: float
+    workers: Sequence[WorkerView]
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """The content of one engine iteration: prefill chunks and whether decodes run."""
+
+    chunks: list[tuple[Request, int]] = field(default_factory=list)
+    decode: bool = False
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(c for _, c in self.chunks)
+
+    def __bool__(self) -> bool:
+        return bool(self.chunks) or self.decode
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    """KV blocks holding `tokens` tokens."""
+    return -(-tokens // block_size)

@@ -1,0 +1,143 @@
+"""`fluidpd simulate`: run policies over a trace on a simulated cluster and compare them."""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from fluidpd.bench.report import print_table, write_json
+from fluidpd.core.metrics import Slo
+from fluidpd.policy.base import PolicyConfig
+from fluidpd.policy.registry import POLICIES
+from fluidpd.sim.config import SimConfig
+from fluidpd.sim.goodput import goodput_rate_scale
+from fluidpd.sim.run import Setup, SimResult, simulate
+from fluidpd.specs.hardware import HARDWARE_NAMES, get_hardware
+from fluidpd.specs.models import DTYPES, MODEL_NAMES, get_model
+from fluidpd.workload.registry import TRACE_NAMES, load_trace
+from fluidpd.workload.trace import Trace
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
+def add_cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, choices=MODEL_NAMES)
+    p.add_argument("--dtype", default="bf16", choices=DTYPES)
+    p.add_argument("--gpu", required=True, choices=HARDWARE_NAMES)
+    p.add_argument("--workers", type=_positive(int), default=8, help="engine instances")
+    p.add_argument("--tp", type=_positive(int), default=1, help="GPUs per worker (tensor parallel)")
+    p.add_argument("--prefill-workers", type=int, default=0, help="static split (0: a quarter)")
+    p.add_argument("--ttft-slo", type=_positive(float), required=True, help="seconds")
+    p.add_argument("--tbt-slo", type=_positive(float), required=True, help="seconds")
+    p.add_argument("--chunk-budget", type=_positive(int), default=512, help="tokens per step for chunked")
+    p.add_argument("--max-num-seqs", type=_positive(int), default=256)
+    p.add_argument("--gpu-memory-utilization", type=_positive(float), default=0.95)
+    p.add_argument("--jitter-cv", type=float, default=0.0, help="step-time noise (coefficient of variation)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("simulate", help="compare policies on a simulated cluster",
+                       description=__doc__)
+    p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACE_NAMES)}, or a file")
+    p.add_argument("--policy", required=True, help=f"comma-separated: {', '.join(POLICIES)}")
+    add_cluster_args(p)
+    p.add_argument("--rate-scale", type=_positive(float), default=1.0, help="compress time by X")
+    p.add_argument("--duration", type=_positive(float), default=None, help="keep the first SEC seconds")
+    p.add_argument("--out", type=Path, help="write the rows as JSON")
+    p.add_argument("--plot", type=Path, help="directory for CDF and timeline PNGs")
+    p.add_argument("--goodput", action="store_true", help="binary-search the rate scale at 90%% attainment")
+    p.set_defaults(func=run)
+
+
+def parse_policies(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in POLICIES]
+    if not names or bad:
+        raise ValueError(f"unknown policy {', '.join(bad) or text!r}; choose from {', '.join(POLICIES)}")
+    return names
+
+
+def setup_from_args(args) -> Setup:
+    sim = SimConfig(n_workers=args.workers, tp=args.tp, seed=args.seed,
+                    gpu_memory_utilization=args.gpu_memory_utilization, step_jitter_cv=args.jitter_cv)
+    policy = PolicyConfig(prefill_workers=args.prefill_workers, chunk_budget=args.chunk_budget,
+                          max_num_seqs=args.max_num_seqs)
+    return Setup(get_model(args.model, args.dtype), get_hardware(args.gpu),
+                 Slo(args.ttft_slo, args.tbt_slo), sim, policy)
+
+
+def shaped(trace: Trace, rate_scale: float, duration: float | None) -> Trace:
+    """Rate-scale the trace, then keep its first `duration` seconds."""
+    trace = trace.scale_rate(rate_scale)
+    return trace.window(0.0, duration) if duration else trace
+
+
+def run_policy(trace: Trace, policy: str, setup: Setup, label: str = "") -> SimResult:
+    horizon = float(trace.arrival_s[-1]) if len(trace) else 0.0
+    with tqdm(total=len(trace), desc=label or policy, unit="req", delay=2.0, leave=False,
+              mininterval=0.5, file=sys.stderr) as bar:
+        def progress(now, completed):
+            bar.set_postfix_str(f"t={now:.0f}/{horizon:.0f}s", refresh=False)
+            bar.update(completed - bar.n)
+        return simulate(trace, policy, setup, progress)
+
+
+def run(args) -> int:
+    policies = parse_policies(args.policy)
+    setup = setup_from_args(args)
+    setup.roofline().kv_blocks(setup.sim.block_size)  # fails early if the weights don't fit
+    base = load_trace(args.trace, seed=args.seed)
+    trace = shaped(base, args.rate_scale, args.duration)
+    if len(trace) == 0:
+        raise ValueError("the trace window holds no requests")
+    results, rows = [], []
+    for name in policies:
+        result = run_policy(trace, name, setup)
+        row = result.row()
+        if args.goodput:
+            row["goodput_rate_scale"] = goodput_rate_scale(
+                lambda x: simulate(shaped(base, x, args.duration), name, setup).summary["attainment"],
+                start=args.rate_scale)
+        results.append(result)
+        rows.append(row)
+    title = (f"{args.trace} x{args.rate_scale:g}: {len(trace)} requests, {args.workers} x {args.gpu} "
+             f"{args.model} {args.dtype}, SLO TTFT {args.ttft_slo}s TBT {args.tbt_slo * 1e3:g}ms")
+    print_table(rows, title)
+    if args.out:
+        write_json(rows, args.out)
+    if args.plot:
+        write_plots(results, setup.slo, args.plot)
+    return 0
+
+
+def write_plots(results: list[SimResult], slo: Slo, directory: Path) -> list[Path]:
+    from fluidpd.bench.plots import cdf_plot, sorted_cdf, timeline_plot
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ttft = {r.policy: sorted_cdf(np.frombuffer(r.cluster.metrics.ttft, dtype=np.float64)) for r in results}
+    tbt = {r.policy: r.cluster.metrics.tbt.cdf_points() for r in results}
+    paths = [cdf_plot(ttft, "TTFT (s)", directory / "ttft_cdf.png", slo.ttft_s),
+             cdf_plot(tbt, "time between tokens (s)", directory / "tbt_cdf.png", slo.tbt_s)]
+    for r in results:
+        paths.append(timeline_plot(r.cluster.timeline, f"{r.policy}: per-worker timeline",
+                                   directory / f"timeline_{r.policy}.png"))
+    return paths
+
+
+def with_policy(setup: Setup, **changes) -> Setup:
+    return replace(setup, policy=replace(setup.policy, **changes))

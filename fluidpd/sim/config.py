@@ -1,0 +1,35 @@
+"""Simulated cluster configuration."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class SimConfig:
+    """Cluster shape, memory split, noise and run limits of one simulation."""
+
+    n_workers: int = 8
+    tp: int = 1                    # GPUs per worker (tensor parallel)
+    gpus_per_node: int = 8
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.95  # as vLLM: share of GPU memory the engine may use
+    scratch_fraction: float = 0.02        # of GPU memory kept for activations
+    step_jitter_cv: float = 0.0           # multiplicative log-normal noise on step times
+    seed: int = 0
+    drain_s: float = 1800.0               # time after the last arrival for requests to finish
+    sample_s: float = 1.0                 # timeline sampling period
+
+    def __post_init__(self) -> None:
+        if self.n_workers < 1 or self.tp < 1 or self.gpus_per_node < 1:
+            raise ValueError("workers, tp and gpus_per_node must be >= 1")
+        if self.block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError("gpu_memory_utilization must be in (0, 1]")
+        if not 0 <= self.scratch_fraction < self.gpu_memory_utilization:
+            raise ValueError("scratch_fraction must be in [0, gpu_memory_utilization)")
+        if self.step_jitter_cv < 0 or self.drain_s < 0 or self.sample_s <= 0:
+            raise ValueError("step_jitter_cv and drain_s must be >= 0, sample_s > 0")
+
+    def node_of(self, worker: int) -> int:
+        return worker * self.tp // self.gpus_per_node

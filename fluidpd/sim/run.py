@@ -1,0 +1,82 @@
+"""Build a simulated cluster from names and knobs, run a trace through it, report the metrics."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from fluidpd.core.metrics import MetricsCollector, Slo
+from fluidpd.latency.config import LatencyConfig
+from fluidpd.latency.roofline import RooflineModel
+from fluidpd.policy.base import PolicyConfig
+from fluidpd.policy.registry import make_policy
+from fluidpd.sim.cluster import SimCluster
+from fluidpd.sim.config import SimConfig
+from fluidpd.sim.network import Network, NetworkConfig
+from fluidpd.specs.hardware import HardwareSpec
+from fluidpd.specs.models import ModelSpec
+from fluidpd.workload.trace import Trace
+
+
+@dataclass(slots=True)
+class Setup:
+    """Everything a simulation needs besides the trace and the policy name."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    slo: Slo
+    sim: SimConfig = field(default_factory=SimConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    latency: LatencyConfig = field(default_factory=LatencyConfig)
+
+    def roofline(self) -> RooflineModel:
+        return RooflineModel(self.model, self.hardware, tp=self.sim.tp, config=self.latency)
+
+    def kv_blocks(self, roofline: RooflineModel) -> int:
+        s = self.sim
+        return roofline.kv_blocks(s.block_size, 1.0 - s.gpu_memory_utilization + s.scratch_fraction)
+
+    def network(self) -> Network:
+        hw = self.hardware
+        return Network(NetworkConfig(intra_node_bw=hw.nvlink_bw_unidir, inter_node_bw=hw.internode_bw))
+
+
+@dataclass(slots=True)
+class SimResult:
+    """Summary row of one policy on one trace, with what plots need."""
+
+    policy: str
+    summary: dict
+    cluster: SimCluster
+
+    def row(self) -> dict:
+        return {"policy": self.policy, **self.summary}
+
+
+def prefill_saturation_tokens(roofline: RooflineModel, tolerance: float = 0.1, limit: int = 16384) -> int:
+    """DistServe's L_m, profiled on the latency model: the shortest prompt whose per-token prefill
+    time is within `tolerance` of the best per-token time (batching further gains nothing)."""
+    lengths = range(16, limit + 1, 16)
+    per_token = [roofline.prefill_time(n) / n for n in lengths]
+    best = min(per_token)
+    return next(n for n, t in zip(lengths, per_token) if t <= best * (1 + tolerance))
+
+
+def simulate(trace: Trace, policy_name: str, setup: Setup, progress=None) -> SimResult:
+    """Run `trace` through a simulated cluster under `policy_name`."""
+    roofline = setup.roofline()
+    policy_cfg = setup.policy
+    if not policy_cfg.prefill_batch_tokens:
+        policy_cfg = replace(policy_cfg, prefill_batch_tokens=prefill_saturation_tokens(roofline))
+    policy = make_policy(policy_name, policy_cfg)
+    metrics = MetricsCollector(setup.slo)
+    cluster = SimCluster(trace, policy, roofline.step_time, setup.model.kv_bytes_per_token,
+                         setup.kv_blocks(roofline), setup.network(), metrics, setup.sim)
+    t0 = time.perf_counter()
+    cluster.run(progress)
+    wall = time.perf_counter() - t0
+    summary = metrics.summary(len(trace))
+    summary["sim_wall_s"] = wall
+    summary["preemptions"] = sum(w.preemptions for w in cluster.workers)
+    for kind in ("prefill", "decode", "mixed"):
+        summary[f"busy_{kind}_s"] = sum(w.busy_s[kind] for w in cluster.workers)
+    return SimResult(policy_name, summary, cluster)

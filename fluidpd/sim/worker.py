@@ -1,0 +1,169 @@
+"""A simulated worker at iteration level: prefill queue, decode batch, paged KV accounting."""
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from fluidpd.core.request import Request
+from fluidpd.policy.view import Role, blocks_for
+
+
+class SimWorker:
+    """One engine instance: implements the policy's WorkerView over O(1)-per-step bookkeeping.
+
+    Decode-side KV growth is tracked without touching every request: a decoding request with
+    `s0` stored tokens that joined after decode step `k0` needs a new block at every step `k`
+    with k = k0 + 1 - s0 (mod block_size), so one counter per residue gives each step's need.
+    """
+
+    __slots__ = (
+        "id", "role", "node", "routable", "block_size", "kv_blocks_total", "kv_blocks_used",
+        "pull_blocks_pending", "queue", "queued_tokens", "decoding", "decode_ctx_sum", "held",
+        "pulls", "busy", "step_time_ewma_s", "decode_steps", "over_cum", "last_decode_end",
+        "joiners", "marks", "buckets", "busy_s", "steps", "preemptions", "tokens_out",
+        "role_since", "incoming", "schedule_pending",
+    )
+
+    def __init__(self, wid: int, role: Role, node: int, kv_blocks: int, block_size: int = 16):
+        if kv_blocks < 1:
+            raise ValueError(f"worker {wid}: no memory left for KV blocks")
+        self.id, self.role, self.node = wid, role, node
+        self.routable = True
+        self.block_size = block_size
+        self.kv_blocks_total = kv_blocks
+        self.kv_blocks_used = 0
+        self.pull_blocks_pending = 0
+        self.queue: deque[Request] = deque()
+        self.queued_tokens = 0
+        self.decoding: dict[int, Request] = {}
+        self.decode_ctx_sum = 0         # stored KV tokens over decoding requests
+        self.held: dict[int, Request] = {}
+        self.pulls: deque[Request] = deque()
+        self.busy = False
+        self.schedule_pending = False
+        self.step_time_ewma_s = 0.0
+        self.decode_steps = 0
+        self.over_cum = 0               # decode steps whose gap exceeded SLO_TBT
+        self.last_decode_end = math.nan
+        self.joiners: list[Request] = []
+        self.incoming: list[Request] = []   # KV arrived during a step: joins when it ends
+        self.marks: dict[int, tuple[int, int, int]] = {}  # id -> (decode_steps, over_cum, bucket)
+        self.buckets = [0] * block_size
+        self.busy_s = {"prefill": 0.0, "decode": 0.0, "mixed": 0.0}
+        self.steps = 0
+        self.preemptions = 0
+        self.tokens_out = 0
+        self.role_since = 0.0
+
+    # --- WorkerView -------------------------------------------------------------------
+    @property
+    def free_blocks(self) -> int:
+        return self.kv_blocks_total - self.kv_blocks_used
+
+    @property
+    def num_decoding(self) -> int:
+        return len(self.decoding)
+
+    @property
+    def num_held(self) -> int:
+        return len(self.held)
+
+    # --- KV ----------------------------------------------------------------------------
+    @staticmethod
+    def stored(req: Request) -> int:
+        """Tokens with KV on the worker once prefilled: the prompt plus all outputs but the last."""
+        return req.prompt_len + req.generated - 1
+
+    def blocks_of(self, req: Request) -> int:
+        return blocks_for(self.stored(req), self.block_size)
+
+    def allocate(self, blocks: int) -> None:
+        if blocks > self.free_blocks:
+            raise RuntimeError(f"worker {self.id}: KV over-allocated")
+        self.kv_blocks_used += blocks
+
+    def free(self, blocks: int) -> None:
+        self.kv_blocks_used -= blocks
+        if self.kv_blocks_used < 0:
+            raise RuntimeError(f"worker {self.id}: freed more KV blocks than allocated")
+
+    # --- prefill queue ------------------------------------------------------------------
+    def enqueue(self, req: Request, front: bool = False) -> None:
+        (self.queue.appendleft if front else self.queue.append)(req)
+        self.queued_tokens += req.prefill_remaining
+
+    def dequeue(self, req: Request) -> None:
+        if self.queue and self.queue[0] is req:
+            self.queue.popleft()
+        else:
+            self.queue.remove(req)
+        self.queued_tokens -= req.prefill_remaining
+
+    # --- decode batch -------------------------------------------------------------------
+    def join(self, req: Request) -> None:
+        """Start decoding `req`, whose KV (all `stored` tokens) is already on this worker."""
+        if self.busy:
+            self.incoming.append(req)
+            req.worker = self.id
+            return
+        s0 = self.stored(req)
+        bucket = (self.decode_steps + 1 - s0) % self.block_size
+        self.decoding[req.id] = req
+        self.decode_ctx_sum += s0
+        self.buckets[bucket] += 1
+        self.marks[req.id] = (-1, 0, bucket)
+        self.joiners.append(req)
+        req.worker = self.id
+
+    def leave(self, req: Request) -> None:
+        """Stop decoding `req` here, closing its gap accounting; its KV blocks stay allocated."""
+        del self.decoding[req.id]
+        steps, over, bucket = self.marks.pop(req.id)
+        self.buckets[bucket] -= 1
+        self.decode_ctx_sum -= self.stored(req)
+        if steps < 0:
+            self.joiners.remove(req)
+        else:
+            req.add_gaps(self.decode_steps - steps, self.over_cum - over)
+            req.last_token_s = self.last_decode_end
+
+    def join_incoming(self) -> None:
+        incoming, self.incoming = self.incoming, []
+        for req in incoming:
+            self.join(req)
+
+    def growth_blocks(self) -> int:
+        """New KV blocks the next decode step needs."""
+        return self.buckets[(self.decode_steps + 1) % self.block_size]
+
+    def preemption_victim(self) -> Request:
+        """The latest-arrived decoding request (vLLM's recompute preemption order)."""
+        return max(self.decoding.values(), key=lambda r: (r.arrival_s, r.id))
+
+    def decode_tick(self, now: float, slo_tbt_s: float, on_gap) -> list[Request]:
+        """Account one finished decode step at `now`; returns the requests that finished."""
+        self.decode_steps += 1
+        n = len(self.decoding)
+        self.decode_ctx_sum += n
+        joiners = self.joiners
+        continuing = n - len(joiners)
+        if continuing:
+            gap = now - self.last_decode_end
+            on_gap(gap, continuing)
+            if gap > slo_tbt_s:
+                self.over_cum += 1
+        mark = (self.decode_steps, self.over_cum)
+        for req in joiners:
+            gap = now - req.last_token_s
+            on_gap(gap, 1)
+            req.add_gap(gap, slo_tbt_s)
+            self.marks[req.id] = mark + (self.marks[req.id][2],)
+        self.joiners = []
+        self.last_decode_end = now
+        done = []
+        for req in self.decoding.values():
+            req.generated += 1
+            if req.generated >= req.output_len:
+                done.append(req)
+        self.tokens_out += n
+        return done

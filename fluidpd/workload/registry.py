@@ -1,0 +1,77 @@
+"""Every workload under one name: `load_trace("azure_conv")`, `load_trace("my_trace.csv", rate=4)`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from fluidpd.workload import loaders
+from fluidpd.workload.files import read_header, read_jsonl
+from fluidpd.workload.loaders import AZURE_COLUMNS, DEFAULT_LENGTH_RATE, LENGTH_COLUMNS, SIMPLE_COLUMNS
+from fluidpd.workload.synth import phase_shift
+from fluidpd.workload.trace import Trace
+
+TRACE_NAMES = ("azure_conv", "azure_code", "mooncake_conv", "mooncake_synth", "claude_code",
+               "sharegpt", "arxiv_sum", "bwb", "phase_shift")
+LENGTH_ONLY = ("sharegpt", "arxiv_sum", "bwb")
+
+_TIMED: dict[str, Callable[..., Trace]] = {
+    "azure_conv": lambda seed, **kw: loaders.load_azure(kind="conv", **kw),
+    "azure_code": lambda seed, **kw: loaders.load_azure(kind="code", **kw),
+    "mooncake_conv": lambda seed, **kw: loaders.load_mooncake(kind="conversation", seed=seed, **kw),
+    "mooncake_synth": lambda seed, **kw: loaders.load_mooncake(kind="synthetic", seed=seed, **kw),
+    "claude_code": lambda seed, **kw: loaders.load_claude_code(seed=seed, **kw),
+    "phase_shift": lambda seed, **kw: phase_shift(seed=seed, **kw),
+}
+
+
+def load_trace(name_or_path: str | os.PathLike, *, rate: float | None = None, seed: int = 0, **kw) -> Trace:
+    """A named workload (TRACE_NAMES) or a trace file, with `kw` passed to its loader.
+
+    rate (req/s): for length-only traces, the rate of their arrival process (default DEFAULT_LENGTH_RATE = 2);
+    for traces with their own clock, time is rescaled so the mean rate equals `rate` (default: as recorded).
+    """
+    key = str(name_or_path)
+    if key in LENGTH_ONLY:
+        return loaders.load_length_trace(kind=key, rate=_length_rate(rate), seed=seed, **kw)
+    if key in _TIMED:
+        return _at_rate(_TIMED[key](seed, **kw), rate)
+    path = Path(name_or_path)
+    if path.is_file():
+        return _load_file(path, rate, seed, kw)
+    if os.sep in key or "/" in key or path.suffix:
+        raise FileNotFoundError(f"trace file not found: {path}")
+    raise ValueError(f"unknown trace {key!r}; valid names: {', '.join(TRACE_NAMES)} (or a path to a trace file)")
+
+
+def _load_file(path: Path, rate: float | None, seed: int, kw: dict) -> Trace:
+    if path.name.endswith((".jsonl", ".jsonl.gz", ".json")):
+        first = next(read_jsonl(path), (1, {}))[1]
+        if "input_length" in first:
+            return _at_rate(loaders.load_mooncake(path, seed=seed, **kw), rate)
+        if "input_tokens" in first and "t_s" in first:
+            return _at_rate(loaders.load_claude_code(path, seed=seed, **kw), rate)
+        raise ValueError(f"{path}: unrecognised JSON-lines trace (expected Mooncake or Claude Code fields), "
+                         f"first record has keys {sorted(first)}")
+    header = set(read_header(path))
+    if header >= set(AZURE_COLUMNS):
+        return _at_rate(loaders.load_azure(path, **kw), rate)
+    if header >= set(LENGTH_COLUMNS):
+        return loaders.load_length_trace(path, rate=_length_rate(rate), seed=seed, **kw)
+    if header >= set(SIMPLE_COLUMNS):
+        return _at_rate(loaders.load_csv_trace(path, **kw), rate)
+    raise ValueError(f"{path}: unrecognised trace header {sorted(header)}; expected {', '.join(AZURE_COLUMNS)} "
+                     f"(Azure), {', '.join(LENGTH_COLUMNS)} (lengths only) or {', '.join(SIMPLE_COLUMNS)}")
+
+
+def _length_rate(rate: float | None) -> float:
+    return DEFAULT_LENGTH_RATE if rate is None else rate
+
+
+def _at_rate(trace: Trace, rate: float | None) -> Trace:
+    if rate is None:
+        return trace
+    if not (rate > 0) or trace.mean_rate == 0:
+        raise ValueError(f"cannot rescale trace {trace.name!r} (mean rate {trace.mean_rate:g}) to rate {rate}")
+    return trace.scale_rate(rate / trace.mean_rate)

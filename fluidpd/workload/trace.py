@@ -1,0 +1,120 @@
+"""The Trace: a workload as three aligned arrays (arrival time, prompt length, output length)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(slots=True, eq=False)
+class Trace:
+    """A workload: per-request arrival time (s, sorted, non-decreasing), prompt and output lengths in tokens."""
+
+    name: str
+    arrival_s: np.ndarray  # float64, >= 0, non-decreasing
+    prompt_len: np.ndarray  # int64, >= 1
+    output_len: np.ndarray  # int64, >= 1 (the first token is produced by prefill)
+    hash_ids: list | None = None  # per request: prefix-block hash ids (kept for prefix-reuse work)
+    hash_block_size: int | None = None  # tokens per hash block (Mooncake 512, Claude Code 64)
+    span_s: float | None = None  # nominal end time (e.g. a window's length); None: the last arrival
+
+    def __post_init__(self) -> None:
+        self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)
+        self.prompt_len = _as_lengths(self.prompt_len, "prompt_len")
+        self.output_len = _as_lengths(self.output_len, "output_len")
+        n = self.arrival_s.shape
+        if self.arrival_s.ndim != 1 or self.prompt_len.shape != n or self.output_len.shape != n:
+            raise ValueError(
+                f"trace {self.name!r}: arrival_s, prompt_len and output_len must be 1-D of equal length, "
+                f"got {self.arrival_s.shape}, {self.prompt_len.shape}, {self.output_len.shape}"
+            )
+        if n[0]:
+            if not np.isfinite(self.arrival_s).all() or self.arrival_s[0] < 0:
+                raise ValueError(f"trace {self.name!r}: arrival times must be finite and >= 0")
+            if (np.diff(self.arrival_s) < 0).any():
+                raise ValueError(f"trace {self.name!r}: arrival times must be sorted (non-decreasing)")
+            if self.prompt_len.min() < 1 or self.output_len.min() < 1:
+                raise ValueError(f"trace {self.name!r}: prompt and output lengths must be >= 1 token")
+        if self.hash_ids is not None and len(self.hash_ids) != n[0]:
+            raise ValueError(f"trace {self.name!r}: {len(self.hash_ids)} hash_ids lists for {n[0]} requests")
+        if self.span_s is not None and (not np.isfinite(self.span_s) or (n[0] and self.span_s < self.arrival_s[-1])):
+            raise ValueError(f"trace {self.name!r}: span_s={self.span_s} ends before the last arrival")
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+    @property
+    def duration_s(self) -> float:
+        if self.span_s is not None:
+            return float(self.span_s)
+        return float(self.arrival_s[-1]) if len(self) else 0.0
+
+    @property
+    def mean_rate(self) -> float:
+        d = self.duration_s
+        return len(self) / d if d > 0 else 0.0
+
+    def scale_rate(self, x: float) -> Trace:
+        """Compress time by `x` (x=2 doubles the request rate)."""
+        if not x > 0 or not np.isfinite(x):
+            raise ValueError(f"rate scale must be a positive finite number, got {x}")
+        span = None if self.span_s is None else self.span_s / x
+        return self._replace(self.arrival_s / x, slice(None), span)
+
+    def window(self, start_s: float, duration_s: float) -> Trace:
+        """Requests arriving in [start_s, start_s + duration_s), re-based so start_s becomes 0."""
+        if not duration_s > 0:
+            raise ValueError(f"window duration must be > 0, got {duration_s}")
+        lo, hi = np.searchsorted(self.arrival_s, [start_s, start_s + duration_s], side="left")
+        return self._replace(self.arrival_s[lo:hi] - start_s, slice(lo, hi), float(duration_s))
+
+    def head(self, n: int) -> Trace:
+        """The first `n` requests."""
+        if n < 0:
+            raise ValueError(f"head needs n >= 0, got {n}")
+        return self._replace(self.arrival_s[:n], slice(0, n), None)
+
+    def shift(self, offset_s: float) -> Trace:
+        """Delay every arrival by `offset_s` seconds."""
+        span = None if self.span_s is None else self.span_s + offset_s
+        return self._replace(self.arrival_s + offset_s, slice(None), span)
+
+    def _replace(self, arrival_s: np.ndarray, rows: slice, span_s: float | None) -> Trace:
+        hashes = None if self.hash_ids is None else self.hash_ids[rows]
+        if span_s is not None and len(arrival_s):
+            span_s = max(span_s, float(arrival_s[-1]))  # guard against float rounding at the edge
+        return Trace(self.name, arrival_s, self.prompt_len[rows], self.output_len[rows],
+                     hashes, self.hash_block_size, span_s)
+
+
+def compose(phases: list[Trace], gap_s: float = 0.0, name: str | None = None) -> Trace:
+    """Concatenate traces in time: each phase starts `gap_s` after the previous one's duration ends."""
+    if not phases:
+        raise ValueError("compose needs at least one phase")
+    if gap_s < 0:
+        raise ValueError(f"gap_s must be >= 0, got {gap_s}")
+    offsets = np.concatenate([[0.0], np.cumsum([p.duration_s + gap_s for p in phases])])
+    keep_hashes = all(p.hash_ids is not None for p in phases) and len({p.hash_block_size for p in phases}) == 1
+    hashes = [h for p in phases for h in p.hash_ids] if keep_hashes else None
+    arrival_s = np.concatenate([p.arrival_s + off for p, off in zip(phases, offsets)])
+    span_s = float(offsets[-1] - gap_s)
+    return Trace(
+        name or "+".join(p.name for p in phases),
+        arrival_s,
+        np.concatenate([p.prompt_len for p in phases]),
+        np.concatenate([p.output_len for p in phases]),
+        hashes,
+        phases[0].hash_block_size if keep_hashes else None,
+        max(span_s, float(arrival_s[-1])) if len(arrival_s) else span_s,
+    )
+
+
+def _as_lengths(x, field: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind == "f":
+        if not (np.isfinite(a).all() and (a == np.round(a)).all()):
+            raise ValueError(f"{field} must hold whole token counts")
+    elif a.dtype.kind not in "iub" and a.size:
+        raise ValueError(f"{field} must be integer token counts, got dtype {a.dtype}")
+    return a.astype(np.int64, copy=False)

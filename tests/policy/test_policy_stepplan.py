@@ -1,0 +1,111 @@
+"""The shared step planner and dispatch rules, on real simulator workers."""
+import ast
+from pathlib import Path
+
+import pytest
+
+from fluidpd.core.request import Request
+from fluidpd.policy import routing, stepplan
+from fluidpd.policy.static_pd import split
+from fluidpd.policy.view import Role
+from fluidpd.sim.worker import SimWorker
+
+
+def worker(blocks=1000, role=Role.COLOCATED, wid=0):
+    return SimWorker(wid, role, 0, blocks, 16)
+
+
+def req(rid, prompt, out=10):
+    return Request(rid, 0.0, prompt, out)
+
+
+def test_whole_prompts_fill_l_m_and_long_prompts_run_alone():
+    w = worker()
+    for r in (req(0, 300), req(1, 300), req(2, 300), req(3, 5000)):
+        w.enqueue(r)
+    chunks = stepplan.whole_prompts(w, 700, 256)
+    assert [(r.id, c) for r, c in chunks] == [(0, 300), (1, 300)]
+    w.queue.popleft(), w.queue.popleft(), w.queue.popleft()
+    assert [(r.id, c) for r, c in stepplan.whole_prompts(w, 700, 256)] == [(3, 5000)]
+
+
+def test_admission_stops_at_the_first_prompt_whose_blocks_do_not_fit():
+    w = worker(blocks=40)                      # 640 tokens
+    for r in (req(0, 320), req(1, 400), req(2, 16)):
+        w.enqueue(r)
+    chunks = stepplan.whole_prompts(w, 10_000, 256)
+    assert [r.id for r, _ in chunks] == [0]    # FCFS: no skipping ahead
+    assert stepplan.whole_prompts(w, 10_000, 1) and len(stepplan.whole_prompts(w, 10_000, 1)) == 1
+
+
+def test_chunked_budget_counts_decodes_and_splits_the_last_prompt():
+    w = worker()
+    d = req(9, 100)
+    d.generated = 1
+    w.allocate(w.blocks_of(d))
+    w.join(d)
+    for r in (req(0, 300), req(1, 500)):
+        w.enqueue(r)
+    plan = stepplan.decodes_then_chunks(w, 512, 256)
+    assert plan.decode
+    assert [(r.id, c) for r, c in plan.chunks] == [(0, 300), (1, 211)]
+    assert plan.prefill_tokens == 511
+
+
+def test_prefill_first_prefers_prompts_then_decodes():
+    w = worker()
+    d = req(9, 100)
+    d.generated = 1
+    w.allocate(w.blocks_of(d))
+    w.join(d)
+    w.enqueue(req(0, 50))
+    plan = stepplan.prefill_first(w, 8192, 256)
+    assert plan.chunks and not plan.decode
+    w.queue.clear()
+    assert stepplan.prefill_first(w, 8192, 256).decode
+
+
+def test_routing_rules():
+    a, b, c = worker(wid=0, role=Role.PREFILL), worker(wid=1, role=Role.PREFILL), worker(wid=2, role=Role.DECODE)
+    a.enqueue(req(0, 100))
+    b.enqueue(req(1, 30))
+    b.enqueue(req(2, 30))
+    assert routing.shortest_queue([a, b, c]) == 1          # fewer queued tokens wins over fewer requests
+    b.routable = False
+    assert routing.shortest_queue([a, b, c]) == 0
+    d = worker(wid=3, role=Role.DECODE)
+    d.allocate(10)
+    assert routing.least_loaded_decode([a, b, c, d]) == 2
+    c.pull_blocks_pending = 20
+    assert routing.least_loaded_decode([a, b, c, d]) == 3
+    with pytest.raises(RuntimeError):
+        routing.least_loaded([a, b, c, d], Role.COLOCATED)
+    x, y = worker(wid=4), worker(wid=5)
+    x.enqueue(req(5, 10))
+    assert routing.least_loaded([x, y]) == 5
+
+
+def test_static_split():
+    assert split(8, 2) == [Role.PREFILL] * 2 + [Role.DECODE] * 6
+    assert split(8, 0).count(Role.PREFILL) == 2
+    with pytest.raises(ValueError):
+        split(4, 4)
+    with pytest.raises(ValueError):
+        split(1, 0)
+
+
+def test_policy_package_imports_nothing_from_the_worlds():
+    forbidden = ("torch", "fluidpd.sim", "fluidpd.runtime", "fluidpd.engine", "fluidpd.server",
+                 "fluidpd.latency", "numpy")
+    root = Path(__file__).resolve().parents[2] / "fluidpd" / "policy"
+    files = list(root.glob("*.py"))
+    assert files
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert not name.startswith(forbidden), f"{path.name} imports {name}"
