@@ -19,7 +19,7 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/fluidpd simulate --trace azure_conv --model llama-3.3-70b --dtype fp8 --gpu h100 \
 	  --workers 8 --prefill-workers 2 --policy colocated,chunked,static-pd \
-	  --ttft-slo 2.0 --tbt-slo 0.1 --rate-scale 2 --duration 600
+	  --ttft-slo 1.0 --tbt-slo 0.04 --rate-scale 1.5 --duration 600
 
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "slow or not slow"

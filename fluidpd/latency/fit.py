@@ -3,47 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from fluidpd.core.polynomial import Polynomial
 from fluidpd.latency.roofline import RooflineModel
+from fluidpd.latency.shape import StepShape
 
-
-@dataclass(frozen=True, slots=True)
-class Polynomial:
-    """p(x) = max(floor, coeffs[0] * x**d + ... + coeffs[d]), evaluated in plain Python (no numpy)."""
-
-    coeffs: tuple[float, ...]  # highest degree first, as numpy.polyfit returns them
-    floor: float = float("-inf")  # e.g. the flat, memory-bound time of short prefills
-
-    def __post_init__(self) -> None:
-        if not self.coeffs:
-            raise ValueError("a polynomial needs at least one coefficient")
-        object.__setattr__(self, "coeffs", tuple(float(c) for c in self.coeffs))
-        object.__setattr__(self, "floor", float(self.floor))
-
-    def __call__(self, x: float) -> float:
-        acc = 0.0
-        for c in self.coeffs:  # Horner's rule
-            acc = acc * x + c
-        return acc if acc > self.floor else self.floor
-
-    def inverse_max(self, budget: float, hi: int, lo: int = 1) -> int:
-        """Largest integer x in [lo, hi] with p(x) <= budget, or lo - 1 if there is none.
-
-        Assumes p is non-decreasing on [lo, hi] (binary search), as a time-vs-tokens fit is.
-        """
-        lo, hi = int(lo), int(hi)
-        if hi < lo or self(lo) > budget:
-            return lo - 1
-        if self(hi) <= budget:
-            return hi
-        while hi - lo > 1:  # invariant: p(lo) <= budget < p(hi)
-            mid = (lo + hi) // 2
-            if self(mid) <= budget:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+__all__ = ["Polynomial", "fit_polynomial", "fit_prefill_time", "fit_chunk_time"]
 
 
 def fit_polynomial(xs: Sequence[float], ys: Sequence[float], degree: int = 2, relative: bool = False) -> Polynomial:
@@ -85,6 +50,36 @@ def _fit_with_floor(xs, ys, degree: int) -> Polynomial:
         if k:
             p = Polynomial(p.coeffs, float(ys[:k].max()))
         err = max(abs(p(float(x)) / y - 1.0) for x, y in zip(xs, ys))
+        if best_err is None or err < best_err:
+            best, best_err = p, err
+    return best
+
+
+def fit_chunk_time(model: RooflineModel, batch: int = 16, ctx: int = 1024, max_tokens: int = 4096,
+                   degree: int = 2, points: int = 96) -> Polynomial:
+    """Marginal time of a prefill chunk of c tokens fused into a decode step of `batch` requests.
+
+    FluidToken runs a borrowed chunk in the same forward pass as the decode batch, so the
+    weights are streamed once: until the dense layers turn compute-bound the chunk is nearly
+    free, then it costs its FLOPs. Fitted like f_P, with the flat part as the floor.
+    """
+    import numpy as np
+
+    if batch < 1 or max_tokens < 1:
+        raise ValueError("batch and max_tokens must be >= 1")
+    base = model.step_time(StepShape(decode_tokens=batch, decode_ctx=batch * ctx))
+    grid = np.concatenate([np.geomspace(1, max_tokens, points // 2), np.linspace(1, max_tokens, points // 2)])
+    xs = np.unique(grid.round().astype(int))
+    ys = []
+    for c in xs:
+        shape = StepShape(decode_tokens=batch, decode_ctx=batch * ctx)
+        shape.add_chunk(int(c), 0)
+        ys.append(model.step_time(shape) - base)
+    ys = np.array(ys)
+    best, best_err = None, None
+    for k in range(0, len(xs) - degree - 1):  # knee: fit right of it, floor 0 left of it
+        p = Polynomial(fit_polynomial(xs[k:], ys[k:], degree).coeffs, 0.0)
+        err = max(abs(p(float(x)) - y) / max(y, 1e-3) for x, y in zip(xs, ys))
         if best_err is None or err < best_err:
             best, best_err = p, err
     return best

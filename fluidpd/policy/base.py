@@ -54,3 +54,9 @@ class Policy:
     def tick(self, view: ClusterView) -> list:
         """Periodic control (every `config.tick_s`); baselines do nothing."""
         return []
+
+    def observe_step(self, worker: WorkerView, duration_s: float, plan: StepPlan) -> None:
+        """A step of `worker` finished after `duration_s` (measured or simulated)."""
+
+    def on_phase_done(self, wid: int, phase: str, now: float) -> list:
+        raise ValueError(f"{self.name} runs no role transitions")

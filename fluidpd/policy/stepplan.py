@@ -19,8 +19,7 @@ class Admission:
 
     @classmethod
     def of(cls, w: WorkerView, max_num_seqs: int) -> "Admission":
-        started = sum(1 for r in w.queue if r.prefilled > 0)
-        return cls(w.free_blocks, max_num_seqs - w.num_decoding - w.num_held - started)
+        return cls(w.free_blocks, max_num_seqs - w.num_decoding - w.num_held - w.num_prefilling)
 
     def admit(self, prefilled: int, target: int, block_size: int) -> bool:
         """Reserve room for a request's whole prefill when it starts; True when it fits."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from fluidpd.core.request import Request
 
@@ -32,11 +32,16 @@ class WorkerView(Protocol):
     kv_blocks_used: int
     pull_blocks_pending: int    # blocks promised to KV pulls queued on this worker
     queue: Sequence[Request]    # waiting and partly prefilled requests, FIFO
+    decoding: Mapping[int, Request]  # requests decoding here, by id
     queued_tokens: int          # prefill tokens still to compute for `queue`
     num_decoding: int
     decode_ctx_sum: int
     num_held: int               # prefilled requests whose KV waits here to be pulled
-    step_time_ewma_s: float     # measured time of recent decode steps
+    num_prefilling: int         # admitted requests (KV allocated) whose prefill is unfinished
+    step_time_ewma_s: float     # measured time of recent decode-only steps (T_iter)
+    transfers_out: int          # KV transfers leaving this worker, in flight
+    transfers_in: int           # KV transfers arriving at this worker, in flight
+    role_since: float           # when the worker took its current role
 
     @property
     def free_blocks(self) -> int: ...

@@ -11,6 +11,7 @@ from fluidpd.latency.shape import StepShape
 from fluidpd.policy.base import Policy
 from fluidpd.policy.view import StepPlan, blocks_for
 from fluidpd.sim.config import SimConfig
+from fluidpd.sim.elastic import Elastic
 from fluidpd.sim.events import EventKind, EventLoop
 from fluidpd.sim.network import HANDOFF, Network
 from fluidpd.sim.timeline import Timeline
@@ -20,7 +21,7 @@ from fluidpd.workload.trace import Trace
 EWMA = 0.2
 
 
-class SimCluster:
+class SimCluster(Elastic):
     """Implements the policy's ClusterView on a virtual clock; every step planned by the policy."""
 
     def __init__(self, trace: Trace, policy: Policy, step_time, kv_bytes_per_token: float,
@@ -60,11 +61,11 @@ class SimCluster:
 
     def _arrive(self, i: int) -> None:
         arrival, prompt, output = self._arrivals
+        if i + 1 < len(arrival):  # queued first, so a same-instant arrival is seen before planning
+            self.loop.at(arrival[i + 1], EventKind.ARRIVAL, self._arrive, i + 1)
         req = Request(i, arrival[i], prompt[i], output[i])
         self.outstanding += 1
         self.submit(req)
-        if i + 1 < len(arrival):
-            self.loop.at(arrival[i + 1], EventKind.ARRIVAL, self._arrive, i + 1)
 
     def submit(self, req: Request, front: bool = False) -> None:
         w = self.workers[self.policy.route(req, self)]
@@ -79,10 +80,6 @@ class SimCluster:
         if self.outstanding or self.loop.now < self.trace.arrival_s[-1]:
             self.loop.at(self.loop.now + self.policy.config.tick_s, EventKind.CONTROL, self._control)
 
-    def apply(self, actions: list) -> None:
-        for action in actions:
-            action.apply(self)
-
     def _sample(self, _=None) -> None:
         self.timeline.sample(self.loop.now, self.workers)
         if self._progress:
@@ -93,7 +90,9 @@ class SimCluster:
     # --- steps --------------------------------------------------------------------------
     def schedule(self, w: SimWorker) -> None:
         """Let `w` plan its next step once everything at this instant has happened."""
-        if not w.schedule_pending:
+        if self.loop.quiet():
+            self.kick(w)
+        elif not w.schedule_pending:
             w.schedule_pending = True
             self.loop.at(self.loop.now, EventKind.SCHEDULE, self._scheduled, w)
 
@@ -115,7 +114,8 @@ class SimCluster:
         shape = StepShape()
         if plan.decode:
             w.allocate(w.growth_blocks())
-            shape.add_decodes(w.num_decoding, w.decode_ctx_sum + w.num_decoding)
+            n = len(w.decoding)
+            shape.add_decodes(n, w.decode_ctx_sum + n)
         for i, (req, c) in enumerate(plan.chunks):
             if req.prefilled == 0:
                 need = blocks_for(req.prefill_target, w.block_size)
@@ -123,6 +123,8 @@ class SimCluster:
                     del plan.chunks[i:]
                     break
                 w.allocate(need)
+                w.num_prefilling += 1
+                req.worker = w.id
             shape.add_chunk(c, req.prefilled)
         if not plan:
             w.busy = False
@@ -133,9 +135,7 @@ class SimCluster:
         w.steps += 1
         kind = "mixed" if plan.chunks and plan.decode else ("decode" if plan.decode else "prefill")
         w.busy_s[kind] += duration
-        if plan.decode:
-            w.step_time_ewma_s += EWMA * (duration - w.step_time_ewma_s) if w.step_time_ewma_s else duration
-        self.loop.at(self.loop.now + duration, EventKind.STEP_END, self._step_end, (w, plan))
+        self.loop.at(self.loop.now + duration, EventKind.STEP_END, self._step_end, (w, plan, duration))
 
     def _make_room(self, w: SimWorker) -> bool:
         """Preempt (by recompute) until the next decode step's KV growth fits; False if none left."""
@@ -153,10 +153,13 @@ class SimCluster:
         req.worker = -1
         self.submit(req, front=True)
 
-    def _step_end(self, arg: tuple[SimWorker, StepPlan]) -> None:
-        w, plan = arg
+    def _step_end(self, arg: tuple[SimWorker, StepPlan, float]) -> None:
+        w, plan, duration = arg
         now = self.loop.now
         w.busy = False
+        self.policy.observe_step(w, duration, plan)
+        if plan.decode and not plan.chunks:
+            w.step_time_ewma_s += EWMA * (duration - w.step_time_ewma_s) if w.step_time_ewma_s else duration
         if plan.decode:
             for req in w.decode_tick(now, self.slo_tbt, self.metrics.on_gap):
                 w.leave(req)
@@ -168,12 +171,16 @@ class SimCluster:
             if req.prefilled >= req.prefill_target:
                 self._prefilled(w, req)
         w.join_incoming()
+        if w.deferred:
+            deferred, w.deferred = w.deferred, []
+            self.apply(deferred)
         self.schedule(w)
         self.start_pulls(w)
 
     def _prefilled(self, w: SimWorker, req: Request) -> None:
         """A request's prefill finished on `w`: emit a token, then decode here or hand off."""
         w.dequeue(req)
+        w.num_prefilling -= 1
         if req.generated:
             gap = self.loop.now - req.last_token_s
             self.metrics.on_gap(gap)
@@ -208,6 +215,8 @@ class SimCluster:
             d.pull_blocks_pending -= need
             d.allocate(need)
             src = self.workers[req.worker]
+            src.transfers_out += 1
+            d.transfers_in += 1
             nbytes = SimWorker.stored(req) * self.kv_bytes_per_token
             end = self.network.schedule(self.loop.now, nbytes, src.node, d.node, d.id, HANDOFF)
             self.loop.at(end, EventKind.TRANSFER_END, self._pulled, (req, src, d))
@@ -216,6 +225,8 @@ class SimCluster:
         req, src, d = arg
         del src.held[req.id]
         src.free(src.blocks_of(req))
+        src.transfers_out -= 1
+        d.transfers_in -= 1
         d.join(req)
         self.schedule(d)
         self.schedule(src)

@@ -18,6 +18,10 @@ class SimConfig:
     seed: int = 0
     drain_s: float = 1800.0               # time after the last arrival for requests to finish
     sample_s: float = 1.0                 # timeline sampling period
+    prefill_kv_fraction: float = 1.0      # KV share of a prefill worker's arena (rest: scratch)
+    remap_s: float = 0.015                # FluidRole phase 2 (the seed: 10-25 ms)
+    dispatch_s: float = 0.020             # FluidRole phase 3 (the seed: 15-30 ms)
+    route_s: float = 0.002                # FluidRole phase 4 (the seed: sub-5 ms)
 
     def __post_init__(self) -> None:
         if self.n_workers < 1 or self.tp < 1 or self.gpus_per_node < 1:
@@ -30,6 +34,13 @@ class SimConfig:
             raise ValueError("scratch_fraction must be in [0, gpu_memory_utilization)")
         if self.step_jitter_cv < 0 or self.drain_s < 0 or self.sample_s <= 0:
             raise ValueError("step_jitter_cv and drain_s must be >= 0, sample_s > 0")
+        if not 0 < self.prefill_kv_fraction <= 1:
+            raise ValueError("prefill_kv_fraction must be in (0, 1]")
+        if min(self.remap_s, self.dispatch_s, self.route_s) < 0:
+            raise ValueError("phase durations must be >= 0")
+
+    def phase_s(self, phase: str) -> float:
+        return {"remap": self.remap_s, "dispatch": self.dispatch_s, "route": self.route_s}[phase]
 
     def node_of(self, worker: int) -> int:
         return worker * self.tp // self.gpus_per_node

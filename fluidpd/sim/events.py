@@ -36,6 +36,10 @@ class EventLoop:
         self._seq += 1
         heapq.heappush(self._heap, (time, int(kind), self._seq, fn, arg))
 
+    def quiet(self) -> bool:
+        """True when nothing else is due at this instant."""
+        return not self._heap or self._heap[0][0] > self.now
+
     def __len__(self) -> int:
         return len(self._heap)
 

@@ -6,9 +6,11 @@ from dataclasses import dataclass, field, replace
 
 from fluidpd.core.metrics import MetricsCollector, Slo
 from fluidpd.latency.config import LatencyConfig
+from fluidpd.latency.fit import fit_chunk_time, fit_prefill_time
 from fluidpd.latency.roofline import RooflineModel
 from fluidpd.policy.base import PolicyConfig
-from fluidpd.policy.registry import make_policy
+from fluidpd.policy.fluidpd import FluidConfig
+from fluidpd.policy.registry import ELASTIC, make_policy
 from fluidpd.sim.cluster import SimCluster
 from fluidpd.sim.config import SimConfig
 from fluidpd.sim.network import Network, NetworkConfig
@@ -27,6 +29,7 @@ class Setup:
     sim: SimConfig = field(default_factory=SimConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     latency: LatencyConfig = field(default_factory=LatencyConfig)
+    fluid: dict = field(default_factory=dict)   # FluidConfig overrides (thresholds, timers)
 
     def roofline(self) -> RooflineModel:
         return RooflineModel(self.model, self.hardware, tp=self.sim.tp, config=self.latency)
@@ -34,6 +37,11 @@ class Setup:
     def kv_blocks(self, roofline: RooflineModel) -> int:
         s = self.sim
         return roofline.kv_blocks(s.block_size, 1.0 - s.gpu_memory_utilization + s.scratch_fraction)
+
+    def fluid_config(self, roofline: RooflineModel) -> FluidConfig:
+        """FluidPD's knobs with f_P and the fused-chunk cost fitted on the latency model."""
+        return FluidConfig(self.slo.ttft_s, self.slo.tbt_s, fit_prefill_time(roofline),
+                           fit_chunk_time(roofline), **self.fluid)
 
     def network(self) -> Network:
         hw = self.hardware
@@ -67,7 +75,8 @@ def simulate(trace: Trace, policy_name: str, setup: Setup, progress=None) -> Sim
     policy_cfg = setup.policy
     if not policy_cfg.prefill_batch_tokens:
         policy_cfg = replace(policy_cfg, prefill_batch_tokens=prefill_saturation_tokens(roofline))
-    policy = make_policy(policy_name, policy_cfg)
+    fluid = setup.fluid_config(roofline) if policy_name in ELASTIC else None
+    policy = make_policy(policy_name, policy_cfg, fluid)
     metrics = MetricsCollector(setup.slo)
     cluster = SimCluster(trace, policy, roofline.step_time, setup.model.kv_bytes_per_token,
                          setup.kv_blocks(roofline), setup.network(), metrics, setup.sim)

@@ -21,7 +21,8 @@ class SimWorker:
         "pull_blocks_pending", "queue", "queued_tokens", "decoding", "decode_ctx_sum", "held",
         "pulls", "busy", "step_time_ewma_s", "decode_steps", "over_cum", "last_decode_end",
         "joiners", "marks", "buckets", "busy_s", "steps", "preemptions", "tokens_out",
-        "role_since", "incoming", "schedule_pending",
+        "role_since", "incoming", "schedule_pending", "num_prefilling", "transfers_out",
+        "transfers_in", "deferred", "kv_blocks_full",
     )
 
     def __init__(self, wid: int, role: Role, node: int, kv_blocks: int, block_size: int = 16):
@@ -31,10 +32,15 @@ class SimWorker:
         self.routable = True
         self.block_size = block_size
         self.kv_blocks_total = kv_blocks
+        self.kv_blocks_full = kv_blocks     # the whole arena as KV (decode role)
+        self.transfers_out = 0
+        self.transfers_in = 0
+        self.deferred: list = []           # actions that wait for the step in flight
         self.kv_blocks_used = 0
         self.pull_blocks_pending = 0
         self.queue: deque[Request] = deque()
         self.queued_tokens = 0
+        self.num_prefilling = 0
         self.decoding: dict[int, Request] = {}
         self.decode_ctx_sum = 0         # stored KV tokens over decoding requests
         self.held: dict[int, Request] = {}

@@ -23,6 +23,7 @@ def assert_clean(c):
     for w in c.workers:
         assert w.kv_blocks_used == 0, f"worker {w.id} leaks KV blocks"
         assert not w.queue and not w.decoding and not w.held and not w.pulls and not w.incoming
+        assert w.num_prefilling == 0
     for req in c.metrics.finished:
         assert req.generated == req.output_len
         assert req.first_token_s >= req.arrival_s and req.finish_s >= req.first_token_s

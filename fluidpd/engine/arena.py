@@ -1,0 +1,104 @@
+"""The arena: one preallocated tensor per engine, split into a paged KV block pool and scratch.
+
+Layout (elements of the model dtype):
+
+    buffer = [ KV blocks 0 .. n-1 | scratch ............................... ]
+    KV view: [n, num_layers, 2 (k, v), block_size, num_kv_heads, head_dim]   (block-major)
+
+Block-major means a block's KV for every layer is one contiguous chunk, so shrinking the KV
+part keeps a prefix of the buffer, and exporting or moving a block copies one chunk.
+`resize_kv(n)` re-slices the same buffer (FluidRole's memory remap): no allocation, no reload.
+Scratch holds the attention workspace (gathered K/V of a step), so a prefill-leaning worker
+that shrinks KV gets room for long-context gathers without allocating.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+class KVArena:
+    def __init__(self, *, num_layers: int, num_kv_heads: int, head_dim: int, block_size: int,
+                 num_blocks: int, total_bytes: int, dtype: torch.dtype, device: torch.device | str) -> None:
+        self.block_shape = (num_layers, 2, block_size, num_kv_heads, head_dim)
+        self.block_numel = math.prod(self.block_shape)
+        self.dtype, self.device = dtype, torch.device(device)
+        numel = total_bytes // dtype.itemsize
+        if num_blocks * self.block_numel > numel:
+            raise ValueError(f"arena of {total_bytes} bytes cannot hold {num_blocks} KV blocks "
+                             f"of {self.block_bytes} bytes")
+        # zeroed, not empty: attention reads the stale tail of a sequence's last block (masked);
+        # masked garbage must stay finite (0 * NaN would poison the output)
+        self.buffer = torch.zeros(numel, dtype=dtype, device=self.device)
+        self._slice(num_blocks)
+
+    # ------------------------------------------------------------------ geometry
+    @property
+    def block_bytes(self) -> int:
+        return self.block_numel * self.dtype.itemsize
+
+    @property
+    def max_blocks(self) -> int:
+        """KV blocks the arena holds if scratch shrinks to nothing."""
+        return self.buffer.numel() // self.block_numel
+
+    @property
+    def total_bytes(self) -> int:
+        return self.buffer.numel() * self.dtype.itemsize
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.num_blocks * self.block_bytes
+
+    @property
+    def scratch_bytes(self) -> int:
+        return self.scratch.numel() * self.dtype.itemsize
+
+    def _slice(self, num_blocks: int) -> None:
+        n = num_blocks * self.block_numel
+        self.num_blocks = num_blocks
+        self.kv = self.buffer[:n].view(num_blocks, *self.block_shape)
+        self.scratch = self.buffer[n:]
+        # per-layer views [num_blocks, block_size, kv_heads, head_dim] (strided, no copy)
+        self.k_layers = [self.kv[:, layer, 0] for layer in range(self.block_shape[0])]
+        self.v_layers = [self.kv[:, layer, 1] for layer in range(self.block_shape[0])]
+
+    # ------------------------------------------------------------------ resize
+    def resize(self, num_blocks: int, moves: list[tuple[int, int]]) -> None:
+        """Re-slice to `num_blocks` KV blocks after copying each live block `src` -> `dst`.
+
+        The block manager chose `moves` (live ids >= num_blocks to free ids < num_blocks)."""
+        if not 1 <= num_blocks <= self.max_blocks:
+            raise ValueError(f"num_blocks must be in [1, {self.max_blocks}] for this arena, got {num_blocks}")
+        kv = self.kv
+        for src, dst in moves:  # one contiguous chunk each; no temporary
+            kv[dst].copy_(kv[src])
+        self._slice(num_blocks)
+
+    # ------------------------------------------------------------------ KV hand-off
+    def read_blocks(self, block_ids: list[int], device: torch.device | str | None = None) -> torch.Tensor:
+        """A copy of the given blocks, [len, num_layers, 2, block_size, kv_heads, head_dim]."""
+        idx = torch.tensor(block_ids, dtype=torch.long, device=self.device)
+        out = self.kv.index_select(0, idx)
+        return out if device is None else out.to(device)
+
+    def write_blocks(self, block_ids: list[int], data: torch.Tensor) -> None:
+        if tuple(data.shape) != (len(block_ids), *self.block_shape):
+            raise ValueError(f"block data of shape {tuple(data.shape)} does not fit "
+                             f"{len(block_ids)} blocks of shape {self.block_shape}")
+        idx = torch.tensor(block_ids, dtype=torch.long, device=self.device)
+        self.kv.index_copy_(0, idx, data.to(device=self.device, dtype=self.dtype))
+
+    # ------------------------------------------------------------------ workspace
+    def gather(self, cache: torch.Tensor, block_ids: torch.Tensor, slot: int) -> torch.Tensor:
+        """cache[block_ids] (one layer's K or V pages), written into scratch when it fits.
+
+        `slot` 0 and 1 give K and V separate halves of the workspace."""
+        n = block_ids.numel()
+        shape = (n, *cache.shape[1:])
+        numel = n * self.block_numel // (2 * self.block_shape[0])
+        if 2 * numel <= self.scratch.numel():
+            out = self.scratch[slot * numel:(slot + 1) * numel].view(shape)
+            return torch.index_select(cache, 0, block_ids, out=out)
+        return torch.index_select(cache, 0, block_ids)

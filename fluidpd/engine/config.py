@@ -1,0 +1,104 @@
+"""EngineConfig: everything an engine is built from, validated once."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+LOAD_FORMATS = ("auto", "gguf", "safetensors", "dummy")
+MiB = 1 << 20
+
+
+@dataclass
+class EngineConfig:
+    """How to build one engine (one worker's model, arena and scheduler).
+
+    Arena sizing, by what is given:
+      * `num_kv_blocks` only: arena = num_kv_blocks blocks + `scratch_bytes`;
+      * `arena_bytes` only: KV gets everything but `scratch_bytes`;
+      * both: KV gets `num_kv_blocks`, scratch the rest of `arena_bytes`;
+      * neither: KV holds `default_kv_tokens` tokens, plus `scratch_bytes`.
+    """
+
+    model: str = "smollm2"          # "smollm2", a .gguf file, a safetensors dir, or (dummy) a preset/config.json
+    load_format: str = "auto"       # auto | gguf | safetensors | dummy
+    dtype: str = "auto"             # auto (fp32 on cpu, bf16 on cuda) | float32 | bfloat16 | float16
+    device: str = "cpu"
+    tokenizer: str | None = None    # default: the model's own (GGUF metadata / tokenizer.json)
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    arena_bytes: int | None = None
+    scratch_bytes: int = 32 * MiB
+    default_kv_tokens: int = 4096
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048   # the per-step token budget of the built-in scheduler
+    max_model_len: int | None = None     # default: the model's context length, capped at 8192
+    seed: int = 0                        # dummy weights
+    model_overrides: dict[str, Any] = field(default_factory=dict)  # HF config keys (dummy shapes)
+
+    def __post_init__(self) -> None:
+        if self.load_format not in LOAD_FORMATS:
+            raise ValueError(f"load_format must be one of {LOAD_FORMATS}, got {self.load_format!r}")
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {self.dtype!r}")
+        try:
+            dev = torch.device(self.device)
+        except RuntimeError as exc:
+            raise ValueError(f"bad device {self.device!r}: {exc}") from None
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
+        _positive("block_size", self.block_size)
+        _positive("max_num_seqs", self.max_num_seqs)
+        _positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        _positive("default_kv_tokens", self.default_kv_tokens)
+        if self.num_kv_blocks is not None:
+            _positive("num_kv_blocks", self.num_kv_blocks)
+        if self.arena_bytes is not None:
+            _positive("arena_bytes", self.arena_bytes)
+        if self.max_model_len is not None:
+            _positive("max_model_len", self.max_model_len)
+        if self.scratch_bytes < 0:
+            raise ValueError(f"scratch_bytes must be >= 0, got {self.scratch_bytes}")
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(self.device)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        if self.dtype == "auto":
+            return torch.bfloat16 if self.torch_device.type == "cuda" else torch.float32
+        return DTYPES[self.dtype]
+
+    def arena_layout(self, block_bytes: int) -> tuple[int, int]:
+        """(initial KV blocks, total arena bytes) for blocks of `block_bytes` bytes."""
+        if self.num_kv_blocks is not None and self.arena_bytes is not None:
+            blocks, total = self.num_kv_blocks, self.arena_bytes
+        elif self.num_kv_blocks is not None:
+            blocks = self.num_kv_blocks
+            total = blocks * block_bytes + self.scratch_bytes
+        elif self.arena_bytes is not None:
+            total = self.arena_bytes
+            blocks = (total - self.scratch_bytes) // block_bytes
+        else:
+            blocks = -(-self.default_kv_tokens // self.block_size)
+            total = blocks * block_bytes + self.scratch_bytes
+        if blocks < 1 or blocks * block_bytes > total:
+            raise ValueError(
+                f"arena of {total} bytes cannot hold {max(blocks, 1)} KV block(s) of {block_bytes} bytes"
+            )
+        return blocks, total
+
+
+def _positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")

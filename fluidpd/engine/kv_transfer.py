@@ -1,0 +1,69 @@
+"""KVPayload: everything another engine needs to continue a request exactly where it stopped."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fluidpd.engine.sampling import SamplingParams, TokenLogprob
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """What two engines must agree on for their KV blocks to be interchangeable."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int
+    dtype: str
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        return (self.num_layers, 2, self.block_size, self.num_kv_heads, self.head_dim)
+
+
+@dataclass
+class KVPayload:
+    """A request's computed KV and its state.
+
+    `blocks` is one stacked tensor [num_blocks, num_layers, 2 (k, v), block_size, kv_heads,
+    head_dim] holding the first `num_computed` positions (the last block may be partly filled).
+    `generator_state` is the request's sampling RNG state, so a seeded request keeps drawing
+    the same stream after the hand-off."""
+
+    request_id: str
+    token_ids: list[int]            # prompt + output so far
+    prompt_len: int
+    num_computed: int               # positions whose KV is in `blocks`
+    blocks: torch.Tensor
+    layout: KVLayout
+    params: SamplingParams
+    generator_state: torch.Tensor | None = None
+    logprobs: list[TokenLogprob] | None = None
+    num_preemptions: int = 0
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        need = -(-self.num_computed // self.layout.block_size)
+        if tuple(self.blocks.shape) != (need, *self.layout.block_shape):
+            raise ValueError(f"KV payload blocks of shape {tuple(self.blocks.shape)} do not hold "
+                             f"{self.num_computed} positions of layout {self.layout.block_shape}")
+        if not 0 <= self.num_computed <= len(self.token_ids):
+            raise ValueError(f"num_computed {self.num_computed} out of range for {len(self.token_ids)} tokens")
+
+    @property
+    def nbytes(self) -> int:
+        return self.blocks.numel() * self.blocks.element_size()
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.prompt_len:]
+
+    def to(self, device: torch.device | str) -> "KVPayload":
+        self.blocks = self.blocks.to(device)
+        return self
+
+    def check_layout(self, layout: KVLayout) -> None:
+        if layout != self.layout:
+            raise ValueError(f"KV payload layout {self.layout} does not match this engine's {layout}")

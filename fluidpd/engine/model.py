@@ -1,0 +1,235 @@
+"""Llama-family decoder (Llama 2/3, SmolLM2, Qwen2, Mistral) in plain PyTorch, over a paged KV arena.
+
+One forward runs a flattened mixed batch: every token of every prefill chunk and every decode
+token goes through the dense layers together ([num_tokens, hidden]); attention splits the rows
+into prefill segments (one SDPA each, causal over earlier context read from the block table)
+and decode groups (one padded SDPA per group of similar context length).
+Weights are fused at load (q|k|v and gate|up) to keep the per-layer op count small, and stored
+transposed ([in, out], row-major): on CPU, `x @ W` then streams the weight at the memory
+bandwidth for any small batch, where `F.linear(x, W)` (MKL with a transposed operand) drops
+to half of it from 4 rows up.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from fluidpd.engine.arena import KVArena
+from fluidpd.engine.weights import Checkpoint, ModelConfig, rope_inv_freq
+
+
+@dataclass
+class PrefillSegment:
+    """Rows [start, end) of the batch: one sequence's chunk at positions ctx_start.. ."""
+
+    start: int
+    end: int
+    ctx_start: int
+    block_ids: torch.Tensor | None = None   # blocks covering ctx_start + chunk (None: no earlier ctx)
+    mask: torch.Tensor | None = None        # [chunk, T] additive mask (None: plain causal)
+
+
+@dataclass
+class DecodeGroup:
+    """Rows [start, end): one token per sequence, padded to the group's longest context."""
+
+    start: int
+    end: int
+    block_ids: torch.Tensor     # [B * nb] flattened, padded block tables
+    mask: torch.Tensor          # [B, 1, 1, nb * block_size] additive
+
+
+@dataclass
+class AttentionMetadata:
+    slot_blocks: torch.Tensor   # [N] block id where each new token's K/V goes
+    slot_offsets: torch.Tensor  # [N] offset inside that block
+    prefills: list[PrefillSegment] = field(default_factory=list)
+    decodes: list[DecodeGroup] = field(default_factory=list)
+
+
+class DecoderLayer:
+    """RMSNorm -> GQA attention with RoPE -> residual -> RMSNorm -> SwiGLU -> residual."""
+
+    def __init__(self, cfg: ModelConfig, w: dict[str, torch.Tensor], prefix: str) -> None:
+        g = lambda name: w.pop(prefix + name)  # noqa: E731
+        self.input_norm = g("input_layernorm.weight")
+        self.post_norm = g("post_attention_layernorm.weight")
+        self.qkv = _t(torch.cat([g("self_attn.q_proj.weight"), g("self_attn.k_proj.weight"),
+                                 g("self_attn.v_proj.weight")]))
+        biases = [w.pop(prefix + f"self_attn.{p}_proj.bias", None) for p in "qkv"]
+        self.qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None
+        self.o = _t(g("self_attn.o_proj.weight"))
+        self.o_bias = w.pop(prefix + "self_attn.o_proj.bias", None)
+        self.gate_up = _t(torch.cat([g("mlp.gate_proj.weight"), g("mlp.up_proj.weight")]))
+        self.down = _t(g("mlp.down_proj.weight"))
+        self.h, self.kv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.eps, self.hidden = cfg.rms_norm_eps, (cfg.hidden_size,)
+        self.qk_dim = (self.h + self.kv) * self.d
+
+    def tensors(self) -> list[torch.Tensor]:
+        ts = [self.input_norm, self.post_norm, self.qkv, self.o, self.gate_up, self.down]
+        return ts + [t for t in (self.qkv_bias, self.o_bias) if t is not None]
+
+    def to(self, device: torch.device) -> None:
+        for name, t in vars(self).items():
+            if isinstance(t, torch.Tensor):
+                setattr(self, name, t.to(device))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata,
+                arena: KVArena, layer: int) -> torch.Tensor:
+        n = x.shape[0]
+        y = F.rms_norm(x, self.hidden, self.input_norm, self.eps)
+        qkv = _mm(y, self.qkv, self.qkv_bias)
+        qk = rope(qkv[:, :self.qk_dim].view(n, self.h + self.kv, self.d), cos, sin)
+        v = qkv[:, self.qk_dim:].view(n, self.kv, self.d)
+        a = self.attention(qk[:, :self.h], qk[:, self.h:], v, meta, arena, layer)
+        x.add_(_mm(a, self.o, self.o_bias))
+        y = F.rms_norm(x, self.hidden, self.post_norm, self.eps)
+        gu = torch.mm(y, self.gate_up)
+        i = gu.shape[1] // 2
+        act = F.silu(gu[:, :i]).mul_(gu[:, i:])
+        return x.add_(torch.mm(act, self.down))
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
+                  arena: KVArena, layer: int) -> torch.Tensor:
+        """q [N, H, D], k/v [N, KV, D] -> [N, H*D]; writes k/v into the paged cache first."""
+        kc, vc = arena.k_layers[layer], arena.v_layers[layer]
+        kc.index_put_((meta.slot_blocks, meta.slot_offsets), k)
+        vc.index_put_((meta.slot_blocks, meta.slot_offsets), v)
+        n, hd = q.shape[0], self.h * self.d
+        parts = len(meta.prefills) + len(meta.decodes)
+        out = None if parts == 1 else q.new_empty(n, hd)
+        for seg in meta.prefills:
+            o = self._prefill(q, k, v, seg, kc, vc, arena)
+            if out is None:
+                return o
+            out[seg.start:seg.end] = o
+        for grp in meta.decodes:
+            o = self._decode(q, grp, kc, vc, arena)
+            if out is None:
+                return o
+            out[grp.start:grp.end] = o
+        return out
+
+    def _prefill(self, q, k, v, seg: PrefillSegment, kc, vc, arena: KVArena) -> torch.Tensor:
+        s, e = seg.start, seg.end
+        qs = q[s:e].transpose(0, 1).unsqueeze(0)                      # [1, H, q, D]
+        if seg.block_ids is None:                                     # no earlier context
+            ks, vs = k[s:e], v[s:e]
+            mask, causal = None, True
+        else:
+            ks = arena.gather(kc, seg.block_ids, 0).flatten(0, 1)     # [T, KV, D]
+            vs = arena.gather(vc, seg.block_ids, 1).flatten(0, 1)
+            mask, causal = seg.mask, False
+        o = F.scaled_dot_product_attention(
+            qs, ks.transpose(0, 1).unsqueeze(0), vs.transpose(0, 1).unsqueeze(0),
+            attn_mask=mask, is_causal=causal, enable_gqa=self.h != self.kv)
+        return o[0].transpose(0, 1).reshape(e - s, self.h * self.d)
+
+    def _decode(self, q, grp: DecodeGroup, kc, vc, arena: KVArena) -> torch.Tensor:
+        b = grp.end - grp.start
+        kk = arena.gather(kc, grp.block_ids, 0)                       # [B*nb, bs, KV, D]
+        vv = arena.gather(vc, grp.block_ids, 1)
+        t = kk.shape[0] // b * kk.shape[1]
+        kk = kk.view(b, t, self.kv, self.d).transpose(1, 2)           # [B, KV, T, D]
+        vv = vv.view(b, t, self.kv, self.d).transpose(1, 2)
+        # GQA without repeating K/V: the G query heads of a KV head act as G query rows
+        qd = q[grp.start:grp.end].view(b, self.kv, self.h // self.kv, self.d)
+        o = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=grp.mask)
+        return o.reshape(b, self.h * self.d)
+
+
+def _t(w: torch.Tensor) -> torch.Tensor:
+    return w.t().contiguous()
+
+
+def _mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.mm(x, w) if bias is None else torch.addmm(bias, x, w)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding, half-split convention (HF rotate_half); x [N, heads, D], cos/sin [N, 1, D/2]."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    out = torch.empty_like(x)
+    o1, o2 = out[..., :half], out[..., half:]
+    torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-1)
+    torch.mul(x2, cos, out=o2).addcmul_(x1, sin)
+    return out
+
+
+class LlamaModel:
+    """Weights + forward. Shared read-only by any number of engines in one process."""
+
+    def __init__(self, ckpt: Checkpoint, dtype: torch.dtype, device: torch.device | str,
+                 max_positions: int) -> None:
+        cfg = self.config = ckpt.config
+        self.dtype, self.device = dtype, torch.device(device)
+        w = {k: v.to(dtype) for k, v in ckpt.tensors.items()}
+        _check_names(cfg, w)
+        embed = w.pop("model.embed_tokens.weight")
+        self.norm = w.pop("model.norm.weight")
+        lm_head = w.pop("lm_head.weight", None)
+        tied = cfg.tie_word_embeddings or lm_head is None
+        self.lm_head = _t(embed if tied else lm_head)       # [hidden, vocab]
+        self.embed = None if tied else embed                # tied: rows are read from lm_head
+        self.layers = [DecoderLayer(cfg, w, f"model.layers.{i}.") for i in range(cfg.num_layers)]
+        inv = rope_inv_freq(cfg, ckpt.rope_freqs)
+        freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv[None, :]
+        self.cos, self.sin = freqs.cos().to(dtype), freqs.sin().to(dtype)
+        self.to(self.device)
+
+    def to(self, device: torch.device) -> None:
+        self.embed = None if self.embed is None else self.embed.to(device)
+        self.norm, self.lm_head = self.norm.to(device), self.lm_head.to(device)
+        self.cos, self.sin = self.cos.to(device), self.sin.to(device)
+        for layer in self.layers:
+            layer.to(device)
+
+    @property
+    def max_positions(self) -> int:
+        return self.cos.shape[0]
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights a decode step streams (tied embedding counted once)."""
+        ts = [self.norm, self.lm_head] + ([] if self.embed is None else [self.embed])
+        ts += [t for layer in self.layers for t in layer.tensors()]
+        return sum(t.numel() * t.element_size() for t in ts)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                arena: KVArena, logits_rows: torch.Tensor) -> torch.Tensor:
+        """Logits (float32) [len(logits_rows), vocab] for the chosen rows of the flat batch."""
+        x = self.embed_tokens(input_ids)
+        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+        for i, layer in enumerate(self.layers):
+            x = layer.forward(x, cos, sin, meta, arena, i)
+        x = F.rms_norm(x[logits_rows], (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
+        return torch.mm(x, self.lm_head).float()
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.embed is not None:
+            return F.embedding(input_ids, self.embed)
+        return self.lm_head.index_select(1, input_ids).t().contiguous()
+
+
+def _check_names(cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:
+    need = ["model.embed_tokens.weight", "model.norm.weight"]
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        need += [p + s for s in ("input_layernorm.weight", "post_attention_layernorm.weight",
+                                 "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                 "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                                 "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")]
+    if not cfg.tie_word_embeddings:
+        need.append("lm_head.weight")
+    missing = [n for n in need if n not in w]
+    if missing:
+        raise ValueError(f"checkpoint is missing {len(missing)} tensor(s), e.g. {missing[:3]}")
+    bad = [n for n in need if n.endswith("q_proj.weight") and
+           tuple(w[n].shape) != (cfg.num_heads * cfg.head_dim, cfg.hidden_size)]
+    if bad:
+        raise ValueError(f"{bad[0]} has shape {tuple(w[bad[0]].shape)}, config says "
+                         f"{(cfg.num_heads * cfg.head_dim, cfg.hidden_size)}")

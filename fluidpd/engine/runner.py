@@ -1,0 +1,108 @@
+"""Model runner: turns (sequence, num_tokens) chunks into one flat batch and runs one forward."""
+from __future__ import annotations
+
+import torch
+
+from fluidpd.engine.arena import KVArena
+from fluidpd.engine.model import AttentionMetadata, DecodeGroup, LlamaModel, PrefillSegment
+from fluidpd.engine.sequence import Sequence
+
+# A decode group costs one gather + one SDPA per layer; in padded-token units that overhead is
+# roughly this many tokens on CPU. Grouping decodes by context length trades it against padding.
+GROUP_OVERHEAD_TOKENS = 256
+MAX_DP_DECODES = 96
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaModel, arena: KVArena, block_size: int) -> None:
+        self.model, self.arena, self.block_size = model, arena, block_size
+        self.device = model.device
+
+    def execute(self, chunks: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[Sequence]]:
+        """Run the chunks in one forward; logits [M, vocab] for the M sequences they complete."""
+        ids, pos, meta, rows, sampled = self.prepare(chunks)
+        logits = self.model.forward(ids, pos, meta, self.arena, rows)
+        return logits, sampled
+
+    # ------------------------------------------------------------------ batch building
+    def prepare(self, chunks: list[tuple[Sequence, int]]):
+        bs, dev = self.block_size, self.device
+        multi = [(s, n) for s, n in chunks if n > 1]
+        single = sorted(((s, n) for s, n in chunks if n == 1), key=lambda c: c[0].num_computed)
+        tokens: list[int] = []
+        positions: list[int] = []
+        blocks: list[int] = []
+        meta = AttentionMetadata(torch.empty(0), torch.empty(0))
+        row_of: dict[int, int] = {}
+        for seq, n in multi:
+            start, row = seq.num_computed, len(tokens)
+            tokens += seq.token_ids[start:start + n]
+            positions += range(start, start + n)
+            table = seq.block_table
+            blocks += [table[p // bs] for p in range(start, start + n)]
+            meta.prefills.append(self._prefill_segment(seq, row, n))
+            row_of[id(seq)] = row + n - 1
+        for group in _group_decodes([s for s, _ in single]):
+            row = len(tokens)
+            for seq in group:
+                p = seq.num_computed
+                row_of[id(seq)] = len(tokens)
+                tokens.append(seq.token_ids[p])
+                positions.append(p)
+                blocks.append(seq.block_table[p // bs])
+            meta.decodes.append(self._decode_group(group, row))
+        pos = torch.tensor(positions, dtype=torch.long)
+        meta.slot_blocks = torch.tensor(blocks, dtype=torch.long, device=dev)
+        meta.slot_offsets = (pos % bs).to(dev)
+        sampled = [s for s, n in chunks if s.num_computed + n == s.num_tokens]
+        rows = torch.tensor([row_of[id(s)] for s in sampled], dtype=torch.long, device=dev)
+        return torch.tensor(tokens, dtype=torch.long, device=dev), pos.to(dev), meta, rows, sampled
+
+    def _prefill_segment(self, seq: Sequence, row: int, n: int) -> PrefillSegment:
+        start = seq.num_computed
+        if start == 0:
+            return PrefillSegment(row, row + n, 0)
+        nb = -(-(start + n) // self.block_size)
+        ids = torch.tensor(seq.block_table[:nb], dtype=torch.long, device=self.device)
+        keys = torch.arange(nb * self.block_size, device=self.device)
+        allowed = keys[None, :] <= torch.arange(start, start + n, device=self.device)[:, None]
+        return PrefillSegment(row, row + n, start, ids, self._additive(allowed))
+
+    def _decode_group(self, seqs: list[Sequence], row: int) -> DecodeGroup:
+        ctx = [s.num_computed + 1 for s in seqs]
+        nb = -(-max(ctx) // self.block_size)
+        table = []
+        for s in seqs:
+            t = s.block_table[:nb]
+            table += t + [t[0]] * (nb - len(t))     # pad with a valid id; masked out
+        keys = torch.arange(nb * self.block_size, device=self.device)
+        allowed = keys[None, :] < torch.tensor(ctx, device=self.device)[:, None]
+        mask = self._additive(allowed)[:, None, None, :]
+        return DecodeGroup(row, row + len(seqs), torch.tensor(table, dtype=torch.long, device=self.device), mask)
+
+    def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(allowed.shape, dtype=self.model.dtype, device=self.device)
+        return mask.masked_fill_(~allowed, float("-inf"))
+
+
+def _group_decodes(seqs: list[Sequence]) -> list[list[Sequence]]:
+    """Split decodes (sorted by context) into groups minimising padded tokens + per-group overhead."""
+    n = len(seqs)
+    if n <= 1:
+        return [seqs] if seqs else []
+    if n > MAX_DP_DECODES:  # quantile groups; the DP below is quadratic
+        k = 4
+        return [seqs[i * n // k:(i + 1) * n // k] for i in range(k)]
+    ctx = [s.num_computed + 1 for s in seqs]
+    best = [0.0] + [float("inf")] * n
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):         # best[j]: cost of grouping seqs[:j]; group (i, j] is padded to ctx[j-1]
+        for i in range(j):
+            c = best[i] + (j - i) * ctx[j - 1] + GROUP_OVERHEAD_TOKENS
+            if c < best[j]:
+                best[j], cut[j] = c, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(seqs[cut[j]:j])
+        j = cut[j]
+    return groups[::-1]

@@ -1,0 +1,73 @@
+"""A request's state inside an engine: tokens, progress, KV block table, sampling state, output."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+
+from fluidpd.engine.sampling import SamplingParams, TokenLogprob
+
+
+class SequenceStatus(str, Enum):
+    WAITING = "waiting"     # no KV (new, or preempted by recompute)
+    RUNNING = "running"     # holds KV blocks; prefilling or decoding
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    """Tokens are prompt + output; the first `num_computed` of them have KV in `block_table`.
+
+    A step computes the next n uncomputed tokens; when that reaches the end of the sequence,
+    a token is sampled and appended, so a decoding sequence always has exactly 1 uncomputed."""
+
+    request_id: str
+    token_ids: list[int]
+    prompt_len: int
+    params: SamplingParams
+    generator: torch.Generator | None = None
+    status: SequenceStatus = SequenceStatus.WAITING
+    num_computed: int = 0
+    block_table: list[int] = field(default_factory=list)
+    finish_reason: str | None = None    # "stop" | "length" | "abort" | "capacity"
+    stop_text: str | None = None        # output text cut at a stop string
+    logprobs: list[TokenLogprob] | None = None
+    arrival_s: float = field(default_factory=time.perf_counter)
+    num_preemptions: int = 0
+
+    def __post_init__(self) -> None:
+        if self.logprobs is None and self.params.logprobs is not None:
+            self.logprobs = []
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_uncomputed(self) -> int:
+        return len(self.token_ids) - self.num_computed
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.prompt_len:]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.prompt_len
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.num_output_tokens > 0 and self.num_uncomputed == 1
+
+    @property
+    def finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def reset_for_recompute(self) -> None:
+        """Preemption by recompute: KV dropped, every token (prompt + output) is prefilled again."""
+        self.num_computed = 0
+        self.block_table = []
+        self.status = SequenceStatus.WAITING
+        self.num_preemptions += 1

@@ -1,0 +1,44 @@
+"""What the control plane asks a world to do; each world carries these out its own way."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fluidpd.core.request import Request
+from fluidpd.policy.view import Role
+
+
+@dataclass(frozen=True, slots=True)
+class Borrow:
+    """FluidToken: move an unstarted request from a prefill queue to a decode worker's queue."""
+
+    request: Request
+    src: int
+    dst: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopRouting:
+    """FluidRole drain, first step: no new work for `worker`; its unstarted work goes elsewhere."""
+
+    worker: int
+
+
+@dataclass(frozen=True, slots=True)
+class Migrate:
+    """FluidRole drain: move a decoding request's live KV to `dst`, where it keeps decoding."""
+
+    request: Request
+    src: int
+    dst: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunPhase:
+    """FluidRole phases 2-4 (`remap`, `dispatch`, `route`) on `worker`, which is becoming `role`.
+
+    The world reports completion through `Policy.on_phase_done`.
+    """
+
+    worker: int
+    phase: str
+    role: Role

@@ -1,0 +1,191 @@
+"""The FluidPD coordinator: PPI/DPI every cycle, four states, FluidToken and FluidRole.
+
+  Balanced:                PPI <= 1 and DPI <= 1                  -> nothing
+  Transient prefill spike: PPI > 1 and DPI < theta_D_low          -> FluidToken borrowing
+  Sustained prefill deficit: PPI > theta_P_high for tau_persist and DPI < theta_D_idle
+                                                                  -> FluidRole decode j* -> prefill
+  Sustained decode deficit:  DPI > theta_D_high for tau_persist and PPI < theta_P_idle
+                                                                  -> FluidRole prefill k* -> decode
+No thrashing: one transition at a time, a worker keeps a role for tau_residence, and at least
+one worker of each role always remains.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fluidpd.core.polynomial import Polynomial
+from fluidpd.policy import fluidrole, routing, stepplan
+from fluidpd.policy.base import PolicyConfig
+from fluidpd.policy.fluidrole import FluidRoleConfig, RoleTransition
+from fluidpd.policy.fluidtoken import FluidToken, FluidTokenConfig
+from fluidpd.policy.static_pd import StaticPD
+from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index
+from fluidpd.policy.view import ClusterView, Role
+
+BALANCED = "balanced"
+PREFILL_SPIKE = "prefill-spike"
+PREFILL_DEFICIT = "prefill-deficit"
+DECODE_DEFICIT = "decode-deficit"
+OVERLOADED = "overloaded"
+
+
+@dataclass(slots=True)
+class FluidConfig:
+    """The seed's thresholds and timers (defaults documented in the README)."""
+
+    slo_ttft_s: float
+    slo_tbt_s: float
+    prefill_time: Polynomial          # f_P(s): prefill time of s tokens on a prefill worker
+    chunk_time: Polynomial            # marginal time of s tokens fused into a decode step
+    alpha: float = 0.5                # DPI: latency vs memory weight
+    theta_d_low: float = 0.75         # borrow only while decode pressure is below this
+    theta_p_high: float = 1.5         # sustained prefill deficit ...
+    theta_d_idle: float = 0.6         # ... while decode is this idle
+    theta_d_high: float = 0.85        # sustained decode deficit ...
+    theta_p_idle: float = 0.5         # ... while prefill is this idle
+    tau_persist_s: float = 1.0
+    tau_residence_s: float = 5.0
+    ppi_cap: float = 10.0
+    token: FluidTokenConfig = field(default_factory=FluidTokenConfig)
+    role: FluidRoleConfig = field(default_factory=FluidRoleConfig)
+    history_s: float = 0.1            # PPI/DPI samples kept for timelines
+
+    def __post_init__(self) -> None:
+        if self.slo_ttft_s <= 0 or self.slo_tbt_s <= 0:
+            raise ValueError("SLOs must be positive")
+        if not 0 <= self.alpha <= 1:
+            raise ValueError("alpha must be in [0, 1]")
+        if self.tau_persist_s < 0 or self.tau_residence_s < 0:
+            raise ValueError("tau_persist_s and tau_residence_s must be >= 0")
+
+
+class FluidPD(StaticPD):
+    """Static P/D plus FluidToken (ms) and FluidRole (s), driven by PPI and DPI."""
+
+    name = "fluidpd"
+    uses_tick = True
+    use_token = True
+    use_role = True
+
+    def __init__(self, config: PolicyConfig | None = None, fluid: FluidConfig | None = None):
+        super().__init__(config)
+        if fluid is None:
+            raise ValueError(f"{self.name} needs a FluidConfig (SLOs and fitted cost models)")
+        self.fluid = fluid
+        self.token = FluidToken(fluid.chunk_time, fluid.slo_tbt_s, fluid.token)
+        self.state = BALANCED
+        self.pressure = Pressure(0.0, 0.0, 0.0)
+        self.history: list[tuple[float, float, float, str]] = []
+        self.transition: RoleTransition | None = None
+        self.transitions: list[RoleTransition] = []
+        self.forced: list[tuple[int, Role]] = []
+        self._since: dict[str, float] = {}
+
+    # --- data plane ---------------------------------------------------------------------
+    def route(self, req, view):
+        return routing.shortest_queue(view.workers)
+
+    def plan_step(self, worker, view):
+        if worker.role is Role.DECODE:
+            return self.token.plan(worker, self.config.max_num_seqs)
+        return stepplan.prefill_only(worker, self.config.prefill_batch_tokens, self.config.max_num_seqs)
+
+    def handoff(self, req, worker, view):
+        if worker.role is Role.DECODE:
+            return None  # borrowed prefill: the KV is already where the request decodes
+        return routing.least_loaded_decode(view.workers)
+
+    def observe_step(self, worker, duration_s: float, plan) -> None:
+        if plan.decode and not plan.chunks:
+            self.token.observe(worker, duration_s)
+
+    # --- control plane ------------------------------------------------------------------
+    def tick(self, view: ClusterView) -> list:
+        f = self.fluid
+        ppi = prefill_pressure_index(view, f.prefill_time, f.slo_ttft_s, f.ppi_cap)
+        dpi = decode_pressure_index(view, f.slo_tbt_s, f.alpha)
+        self.pressure = Pressure(view.now, ppi, dpi)
+        self.state = self.classify(view.now, ppi, dpi)
+        if not self.history or view.now - self.history[-1][0] >= f.history_s:
+            self.history.append((view.now, ppi, dpi, self.state))
+        actions: list = []
+        if self.transition is not None:
+            actions += self._drive(view)
+        elif self.forced:
+            actions += self._start(view, *self.forced.pop(0), reason="admin")
+        elif self.use_role and self.state == PREFILL_DEFICIT:
+            actions += self._start(view, fluidrole.choose_decode_to_prefill(view, self._can_move(view)), Role.PREFILL)
+        elif self.use_role and self.state == DECODE_DEFICIT:
+            actions += self._start(view, fluidrole.choose_prefill_to_decode(view, self._can_move(view)), Role.DECODE)
+        if self.use_token and ppi > 1.0 and dpi < f.theta_d_low:
+            actions += self.token.borrow(view)
+        return actions
+
+    def classify(self, now: float, ppi: float, dpi: float) -> str:
+        f = self.fluid
+        deficit_p = self._held("p", ppi > f.theta_p_high and dpi < f.theta_d_idle, now)
+        deficit_d = self._held("d", dpi > f.theta_d_high and ppi < f.theta_p_idle, now)
+        if deficit_p:
+            return PREFILL_DEFICIT
+        if deficit_d:
+            return DECODE_DEFICIT
+        if ppi > 1.0 and dpi < f.theta_d_low:
+            return PREFILL_SPIKE
+        if ppi <= 1.0 and dpi <= 1.0:
+            return BALANCED
+        return OVERLOADED
+
+    def _held(self, key: str, cond: bool, now: float) -> bool:
+        """True once `cond` has held continuously for tau_persist."""
+        if not cond:
+            self._since.pop(key, None)
+            return False
+        since = self._since.setdefault(key, now)
+        return now - since >= self.fluid.tau_persist_s
+
+    def _can_move(self, view: ClusterView):
+        def eligible(w) -> bool:
+            same = sum(1 for x in view.workers if x.role is w.role and x.routable)
+            return same >= 2 and view.now - w.role_since >= self.fluid.tau_residence_s
+        return eligible
+
+    def _start(self, view: ClusterView, wid: int | None, role: Role, reason: str = "auto") -> list:
+        if wid is None:
+            return []
+        self.transition, actions = fluidrole.begin(view, wid, role, reason)
+        self.transitions.append(self.transition)
+        self._since.clear()
+        return actions
+
+    def _drive(self, view: ClusterView) -> list:
+        t = self.transition
+        if t.phase == "drain":
+            return fluidrole.drain_step(t, view, self.fluid.role)
+        return []
+
+    def on_phase_done(self, wid: int, phase: str, now: float) -> list:
+        t = self.transition
+        if t is None or t.worker != wid:
+            raise ValueError(f"no transition of worker {wid} in progress")
+        actions = fluidrole.phase_done(t, phase, now)
+        if t.done:
+            self.transition = None
+        return actions
+
+    def force_role(self, wid: int, role: Role, view: ClusterView) -> None:
+        """Admin action: switch `wid` to `role` at the next cycle (ValueError if it cannot)."""
+        if not 0 <= wid < len(view.workers):
+            raise ValueError(f"no worker {wid}")
+        w = view.workers[wid]
+        if w.role is role or w.role is Role.COLOCATED:
+            raise ValueError(f"worker {wid} is {w.role.value}; cannot switch it to {role.value}")
+        if sum(1 for x in view.workers if x.role is w.role) < 2:
+            raise ValueError(f"worker {wid} is the last {w.role.value} worker")
+        self.forced.append((wid, role))
+
+
+class FluidTokenOnly(FluidPD):
+    """FluidPD with only the micro engine: borrowing, no role switches."""
+
+    name = "fluidtoken"
+    use_role = False

@@ -1,0 +1,136 @@
+"""FluidRole: switch a live worker between prefill and decode in place.
+
+Four phases, each a visible state with timestamps:
+  1. drain: no new work is routed to the worker; decoding requests with few remaining tokens
+     finish, the rest have their KV migrated to peers with room (over links capped at the
+     migration share); a prefill worker finishes its in-flight prefills and its queue moves on.
+  2. remap: the memory arena is re-sliced between KV pages and activation scratch.
+  3. dispatch: the engine swaps its step planner / kernels to the new role.
+  4. route: the coordinator registers the worker in its new pool and updates capacity.
+The drain takes what it takes; the world reports how long phases 2-4 took.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fluidpd.policy.actions import Migrate, RunPhase, StopRouting
+from fluidpd.policy.view import ClusterView, Role, WorkerView, blocks_for
+
+PHASES = ("drain", "remap", "dispatch", "route")
+
+
+@dataclass(slots=True)
+class RoleTransition:
+    """One worker's move to `dst_role`, with the start and end time of every phase."""
+
+    worker: int
+    src_role: Role
+    dst_role: Role
+    began_s: float
+    reason: str = "auto"
+    phase: str = "drain"
+    started: dict = field(default_factory=dict)
+    ended: dict = field(default_factory=dict)
+    migrated: set = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.started["drain"] = self.began_s
+
+    @property
+    def done(self) -> bool:
+        return "route" in self.ended
+
+    def durations(self) -> dict[str, float]:
+        return {p: self.ended[p] - self.started[p] for p in PHASES if p in self.ended}
+
+    @property
+    def total_s(self) -> float:
+        return self.ended["route"] - self.began_s if self.done else float("nan")
+
+
+@dataclass(slots=True)
+class FluidRoleConfig:
+    """Knobs of the macro engine."""
+
+    drain_finish_s: float = 0.25   # a decoding request this close to done finishes in place
+
+    def __post_init__(self) -> None:
+        if self.drain_finish_s < 0:
+            raise ValueError("drain_finish_s must be >= 0")
+
+
+def drain_cost(w: WorkerView) -> tuple[int, int]:
+    """What draining a decode worker costs: tokens left to generate, then KV tokens to move."""
+    return sum(r.remaining_tokens for r in w.decoding.values()), w.kv_blocks_used * w.block_size
+
+
+def choose_decode_to_prefill(view: ClusterView, eligible) -> int | None:
+    """j*: the decode worker whose drain costs least."""
+    pool = [w for w in view.workers if w.role is Role.DECODE and w.routable and eligible(w)]
+    return min(pool, key=lambda w: (*drain_cost(w), w.id)).id if pool else None
+
+
+def choose_prefill_to_decode(view: ClusterView, eligible) -> int | None:
+    """k*: the prefill worker with the least queued and in-flight prefill work."""
+    pool = [w for w in view.workers if w.role is Role.PREFILL and w.routable and eligible(w)]
+    return min(pool, key=lambda w: (w.queued_tokens, w.num_held, w.id)).id if pool else None
+
+
+def begin(view: ClusterView, wid: int, dst_role: Role, reason: str = "auto") -> tuple[RoleTransition, list]:
+    w = view.workers[wid]
+    if w.role is dst_role or w.role is Role.COLOCATED:
+        raise ValueError(f"worker {wid} is {w.role.value}; cannot switch it to {dst_role.value}")
+    return RoleTransition(wid, w.role, dst_role, view.now, reason), [StopRouting(wid)]
+
+
+def drained(w: WorkerView) -> bool:
+    """Nothing left on the worker that its old role must finish."""
+    if w.transfers_out or w.transfers_in:
+        return False
+    if w.role is Role.DECODE:
+        return not w.decoding and not w.queue and w.num_prefilling == 0
+    return not w.queue and w.num_prefilling == 0
+
+
+def drain_step(t: RoleTransition, view: ClusterView, config: FluidRoleConfig) -> list:
+    """One control cycle of a drain: migrations to issue, or the start of the remap."""
+    w = view.workers[t.worker]
+    if drained(w):
+        t.ended["drain"] = t.started["remap"] = view.now
+        t.phase = "remap"
+        return [RunPhase(t.worker, "remap", t.dst_role)]
+    if w.role is not Role.DECODE:
+        return []
+    return migrations(t, w, view, config)
+
+
+def migrations(t: RoleTransition, w: WorkerView, view: ClusterView, config: FluidRoleConfig) -> list:
+    """Long-horizon requests move to the peers with the most room; short ones finish here."""
+    t_iter = w.step_time_ewma_s or 0.0
+    peers = [p for p in view.workers if p.role is Role.DECODE and p.routable and p.id != w.id]
+    room = {p.id: p.free_blocks - p.pull_blocks_pending for p in peers}
+    actions = []
+    for req in sorted(w.decoding.values(), key=lambda r: -r.remaining_tokens):
+        if req.id in t.migrated or req.remaining_tokens * t_iter <= config.drain_finish_s:
+            continue
+        need = blocks_for(req.context_len + 1, w.block_size)
+        dst = max(room, key=lambda k: (room[k], -k), default=None)
+        if dst is None or room[dst] < need:
+            break  # no peer has room now: it decodes here until one does
+        room[dst] -= need
+        t.migrated.add(req.id)
+        actions.append(Migrate(req, w.id, dst))
+    return actions
+
+
+def phase_done(t: RoleTransition, phase: str, now: float) -> list:
+    """The world finished `phase`; start the next one."""
+    if phase != t.phase:
+        raise ValueError(f"worker {t.worker}: phase {phase} finished during {t.phase}")
+    t.ended[phase] = now
+    nxt = PHASES.index(phase) + 1
+    if nxt == len(PHASES):
+        return []
+    t.phase = PHASES[nxt]
+    t.started[t.phase] = now
+    return [RunPhase(t.worker, t.phase, t.dst_role)]

@@ -1,0 +1,60 @@
+"""The FluidPD seed's pressure indices, evaluated every scheduling cycle.
+
+PPI(t) = (sum_i max(0, t - a_i + f_P(s_i) - SLO_TTFT) + sum_i f_P(s_i)) / sum_k C_P(k), i in Q_P.
+We define C_P(k), which the seed leaves open, as the prefill work-seconds worker k can absorb
+within one SLO_TTFT horizon: SLO_TTFT for a routable prefill worker. The numerator is in
+seconds too (queued work plus lateness), so PPI is dimensionless and PPI > 1 means the queue
+cannot be cleared within the TTFT SLO. s_i is the prompt work still to do (a partly prefilled
+request counts its remaining tokens). To bound the cost of one evaluation, the scan stops once
+PPI exceeds `ppi_cap`: past that, every decision is the same.
+
+DPI(t) = mean_j (alpha * T_iter(j) / SLO_TBT + (1 - alpha) * K_j / K_max(j)) over decode workers,
+with T_iter the EWMA of measured decode step times and K the KV blocks in use.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fluidpd.core.polynomial import Polynomial
+from fluidpd.policy.view import ClusterView, Role, WorkerView
+
+
+@dataclass(frozen=True, slots=True)
+class Pressure:
+    """One evaluation of the indices."""
+
+    t: float
+    ppi: float
+    dpi: float
+
+
+def prefill_pressure_index(view: ClusterView, prefill_time: Polynomial, slo_ttft_s: float,
+                           ppi_cap: float = 10.0) -> float:
+    """PPI over the prefill workers' queues (0 when there is no prefill worker and no queue)."""
+    prefill = [w for w in view.workers if w.role is Role.PREFILL]
+    capacity = slo_ttft_s * sum(1 for w in prefill if w.routable)
+    if capacity <= 0:
+        return ppi_cap if any(w.queue for w in prefill) else 0.0
+    limit = ppi_cap * capacity
+    now, total = view.now, 0.0
+    for w in prefill:
+        for req in w.queue:
+            work = prefill_time(req.prefill_remaining)
+            late = now - req.arrival_s + work - slo_ttft_s
+            total += work + (late if late > 0 else 0.0)
+            if total > limit:
+                return ppi_cap
+    return total / capacity
+
+
+def decode_pressure_index(view: ClusterView, slo_tbt_s: float, alpha: float = 0.5) -> float:
+    """DPI over the routable decode workers (0 when there is none)."""
+    decode = [w for w in view.workers if w.role is Role.DECODE and w.routable]
+    if not decode:
+        return 0.0
+    return sum(worker_pressure(w, slo_tbt_s, alpha) for w in decode) / len(decode)
+
+
+def worker_pressure(w: WorkerView, slo_tbt_s: float, alpha: float = 0.5) -> float:
+    """One decode worker's term of the DPI."""
+    return alpha * w.step_time_ewma_s / slo_tbt_s + (1 - alpha) * w.kv_blocks_used / w.kv_blocks_total

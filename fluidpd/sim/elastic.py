@@ -1,0 +1,102 @@
+"""How the simulated world carries out the control plane's elastic actions."""
+from __future__ import annotations
+
+from fluidpd.policy.actions import Borrow, Migrate, RunPhase, StopRouting
+from fluidpd.policy.view import Role
+from fluidpd.sim.events import EventKind
+from fluidpd.sim.network import MIGRATION
+
+
+class Elastic:
+    """Mixin of SimCluster: Borrow, StopRouting, Migrate and the timed FluidRole phases."""
+
+    def apply(self, actions: list) -> None:
+        for action in actions:
+            handler = self._handlers[type(action)]
+            handler(self, action)
+
+    def _borrow(self, a: Borrow) -> None:
+        src, dst = self.workers[a.src], self.workers[a.dst]
+        req = a.request
+        if req.worker >= 0 or req not in src.queue or not dst.routable:
+            return  # stale: the prefill worker already started it
+        src.dequeue(req)
+        req.borrowed = True
+        dst.enqueue(req)
+        self.schedule(dst)
+
+    def _stop_routing(self, a: StopRouting) -> None:
+        w = self.workers[a.worker]
+        w.routable = False
+        for req in [r for r in w.queue if r.worker < 0]:
+            w.dequeue(req)
+            self.submit(req)
+        while w.pulls:
+            req = w.pulls.popleft()
+            w.pull_blocks_pending -= w.blocks_of(req)
+            src = self.workers[req.worker]
+            d = self.workers[self.policy.handoff(req, src, self)]
+            d.pulls.append(req)
+            d.pull_blocks_pending += d.blocks_of(req)
+            self.start_pulls(d)
+
+    def _migrate(self, a: Migrate) -> None:
+        src, dst, req = self.workers[a.src], self.workers[a.dst], a.request
+        if src.busy:
+            src.deferred.append(a)  # the step in flight still emits this request's token
+            return
+        if req.id not in src.decoding:
+            return
+        need = src.blocks_of(req)
+        if need > dst.free_blocks:
+            return  # the peer filled up meanwhile: the drain asks again
+        src.leave(req)
+        dst.allocate(need)
+        src.transfers_out += 1
+        dst.transfers_in += 1
+        nbytes = src.stored(req) * self.kv_bytes_per_token
+        end = self.network.schedule(self.loop.now, nbytes, src.node, dst.node, dst.id, MIGRATION)
+        self.loop.at(end, EventKind.TRANSFER_END, self._migrated, (req, src, dst))
+
+    def _migrated(self, arg) -> None:
+        req, src, dst = arg
+        src.free(src.blocks_of(req))
+        src.transfers_out -= 1
+        dst.transfers_in -= 1
+        req.migrations += 1
+        dst.join(req)
+        self.schedule(dst)
+        self.schedule(src)
+
+    def _run_phase(self, a: RunPhase) -> None:
+        done = self.loop.now + self.config.phase_s(a.phase)
+        self.loop.at(done, EventKind.TRANSFER_END, self._phase_end, a)
+
+    def _phase_end(self, a: RunPhase) -> None:
+        w = self.workers[a.worker]
+        if a.phase == "remap":
+            fraction = self.config.prefill_kv_fraction if a.role is Role.PREFILL else 1.0
+            target = max(1, int(w.kv_blocks_full * fraction))
+            if target < w.kv_blocks_used:
+                raise RuntimeError(f"worker {w.id}: remap below live KV ({w.kv_blocks_used} blocks)")
+            w.kv_blocks_total = target
+        elif a.phase == "dispatch":
+            w.role = a.role
+            if a.role is Role.DECODE:
+                self._adopt_held(w)
+        elif a.phase == "route":
+            w.routable = True
+            w.role_since = self.loop.now
+        self.apply(self.policy.on_phase_done(w.id, a.phase, self.loop.now))
+        self.schedule(w)
+
+    def _adopt_held(self, w) -> None:
+        """A former prefill worker decodes the KV it still holds instead of shipping it."""
+        for d in self.workers:
+            for req in [r for r in d.pulls if r.worker == w.id]:
+                d.pulls.remove(req)
+                d.pull_blocks_pending -= d.blocks_of(req)
+                del w.held[req.id]
+                w.join(req)
+
+    _handlers = {Borrow: _borrow, StopRouting: _stop_routing, Migrate: _migrate, RunPhase: _run_phase}
