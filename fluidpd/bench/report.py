@@ -19,6 +19,7 @@ COLUMNS = [
     ("ttft_p99_s", "TTFT p99 s", "{:.3f}"),
     ("tbt_p50_s", "TBT p50 ms", "ms"),
     ("tbt_p99_s", "TBT p99 ms", "ms"),
+    ("tbt_decode_p99_s", "decode TBT p99", "ms"),
     ("tpot_mean_s", "TPOT ms", "ms"),
     ("throughput_tok_s", "tok/s", "{:.0f}"),
     ("goodput_rate_scale", "goodput x", "{:.2f}"),

@@ -37,12 +37,16 @@ class MetricsCollector:
     first_arrival_s: float = math.inf
     last_finish_s: float = 0.0
     tbt: StreamingHistogram = field(default_factory=StreamingHistogram)
+    tbt_decode: StreamingHistogram = field(default_factory=StreamingHistogram)  # no hand-off gaps
     finished: list | None = None  # keep finished Request objects (tests, small runs)
 
-    def on_gap(self, gap_s: float, weight: float = 1.0) -> None:
-        """`weight` requests each saw an inter-token gap of `gap_s`."""
+    def on_gap(self, gap_s: float, weight: float = 1.0, handoff: bool = False) -> None:
+        """`weight` requests each saw an inter-token gap of `gap_s`; a hand-off gap spans a KV
+        move between workers (prefill -> decode or a migration)."""
         if weight > 0:
             self.tbt.add(gap_s, weight)
+            if not handoff:
+                self.tbt_decode.add(gap_s, weight)
 
     def on_finish(self, req: Request) -> None:
         ttft, tpot = req.ttft_s, req.tpot_s
@@ -88,6 +92,7 @@ class MetricsCollector:
             "tbt_p50_s": self.tbt.quantile(0.50),
             "tbt_p90_s": self.tbt.quantile(0.90),
             "tbt_p99_s": self.tbt.quantile(0.99),
+            "tbt_decode_p99_s": self.tbt_decode.quantile(0.99),
             "tpot_mean_s": float(np.mean(tpot)),
             "e2e_p50_s": float(np.percentile(e2e, 50)),
             "e2e_p99_s": float(np.percentile(e2e, 99)),

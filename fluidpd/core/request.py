@@ -32,6 +32,7 @@ class Request:
     preemptions: int = 0
     migrations: int = 0
     borrowed: bool = False      # prefilled (partly) by FluidToken on a decode worker
+    moved: bool = False         # its KV just arrived over a link: the next gap is a hand-off gap
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1 or self.output_len < 1:

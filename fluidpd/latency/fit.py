@@ -55,7 +55,7 @@ def _fit_with_floor(xs, ys, degree: int) -> Polynomial:
     return best
 
 
-def fit_chunk_time(model: RooflineModel, batch: int = 16, ctx: int = 1024, max_tokens: int = 4096,
+def fit_chunk_time(model: RooflineModel, batch: int = 1, ctx: int = 1024, max_tokens: int = 8192,
                    degree: int = 2, points: int = 96) -> Polynomial:
     """Marginal time of a prefill chunk of c tokens fused into a decode step of `batch` requests.
 

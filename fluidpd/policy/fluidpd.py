@@ -36,7 +36,7 @@ class FluidConfig:
     slo_ttft_s: float
     slo_tbt_s: float
     prefill_time: Polynomial          # f_P(s): prefill time of s tokens on a prefill worker
-    chunk_time: Polynomial            # marginal time of s tokens fused into a decode step
+    chunk_time: Polynomial            # time of s tokens fused into a one-request decode step
     alpha: float = 0.5                # DPI: latency vs memory weight
     theta_d_low: float = 0.75         # borrow only while decode pressure is below this
     theta_p_high: float = 1.5         # sustained prefill deficit ...
@@ -96,14 +96,14 @@ class FluidPD(StaticPD):
         return routing.least_loaded_decode(view.workers)
 
     def observe_step(self, worker, duration_s: float, plan) -> None:
-        if plan.decode and not plan.chunks:
-            self.token.observe(worker, duration_s)
+        if worker.role is Role.DECODE:
+            self.token.observe(worker, duration_s, plan)
 
     # --- control plane ------------------------------------------------------------------
     def tick(self, view: ClusterView) -> list:
         f = self.fluid
         ppi = prefill_pressure_index(view, f.prefill_time, f.slo_ttft_s, f.ppi_cap)
-        dpi = decode_pressure_index(view, f.slo_tbt_s, f.alpha)
+        dpi = decode_pressure_index(view, f.slo_tbt_s, f.alpha, self.token.t_iter)
         self.pressure = Pressure(view.now, ppi, dpi)
         self.state = self.classify(view.now, ppi, dpi)
         if not self.history or view.now - self.history[-1][0] >= f.history_s:
@@ -179,7 +179,13 @@ class FluidPD(StaticPD):
         w = view.workers[wid]
         if w.role is role or w.role is Role.COLOCATED:
             raise ValueError(f"worker {wid} is {w.role.value}; cannot switch it to {role.value}")
-        if sum(1 for x in view.workers if x.role is w.role) < 2:
+        leaving = {f for f, _ in self.forced}
+        if self.transition is not None:
+            leaving.add(self.transition.worker)
+        if wid in leaving:
+            raise ValueError(f"worker {wid} is already switching roles")
+        staying = [x for x in view.workers if x.role is w.role and x.id not in leaving]
+        if len(staying) < 2:
             raise ValueError(f"worker {wid} is the last {w.role.value} worker")
         self.forced.append((wid, role))
 

@@ -1,11 +1,15 @@
 """FluidToken: decode workers with slack run bounded prefill chunks inside the TBT budget.
 
-slack = SLO_TBT - T_iter(B) - delta_guard, with T_iter the worker's measured decode step time and
-delta_guard learned from its measured jitter (JitterTracker). The chunk runs fused into the decode
-step's forward pass, so its cost is the marginal time `chunk_time` (fitted like f_P: nearly free
-while the dense layers stay memory-bound). C_chunk is the largest c whose marginal cost, after the
-request's earlier chunks, fits the slack. A borrowed request's KV stays on the decode worker, which
-then decodes it; a prompt longer than one chunk runs as chunks over successive iterations.
+slack = SLO_TBT - T_iter(B) - delta_guard. T_iter is an EWMA of the worker's measured decode-only
+steps; delta_guard is learned (JitterTracker) from how far every measured step exceeded the
+planner's estimate: step-time jitter, plus the chunk cost model's error on mixed steps.
+The chunk runs fused into the decode step's forward pass, so its cost is marginal: with g the
+fitted time of n tokens fused into a one-request decode step (flat while the dense layers stay
+memory-bound, then compute), a chunk of c tokens after `prior` tokens of its prompt, in a step
+with B decodes, costs g(B + prior + c) - g(B + prior): the decodes use up the free compute first,
+and earlier chunks make attention dearer (conservative on purpose). C_chunk is the largest c that
+fits the slack. A borrowed request's KV stays on the decode worker, which then decodes it; a
+prompt longer than one chunk runs as chunks over successive iterations.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from fluidpd.policy.jitter import JitterTracker
 from fluidpd.policy.stepplan import chunks_within
 from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView, blocks_for
 
+EWMA = 0.2
+
 
 @dataclass(slots=True)
 class FluidTokenConfig:
@@ -26,8 +32,9 @@ class FluidTokenConfig:
     min_chunk: int = 16               # a chunk smaller than this is not worth borrowing for
     max_chunk: int = 8192
     borrowed_per_worker: int = 1      # requests a decode worker holds for borrowing at once
+    kv_headroom: float = 0.2          # KV share kept free for hand-offs when borrowing
     guard_factor: float = 1.5         # delta_guard = factor x p99.9 of measured jitter
-    guard_default_s: float = 0.003    # until enough steps are measured (the seed's 2-3 ms)
+    guard_default_s: float = 0.004    # until enough steps are measured (the seed: 2-3 ms on H100)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_chunk <= self.max_chunk or self.borrowed_per_worker < 1:
@@ -44,6 +51,7 @@ class FluidToken:
         self.slo_tbt_s = slo_tbt_s
         self.config = config or FluidTokenConfig()
         self.jitter: dict[int, JitterTracker] = {}
+        self.t_iter_s: dict[int, float] = {}
         self.borrowed = 0
 
     def tracker(self, wid: int) -> JitterTracker:
@@ -53,42 +61,66 @@ class FluidToken:
             t = self.jitter[wid] = JitterTracker(factor=c.guard_factor, default_s=c.guard_default_s)
         return t
 
-    def observe(self, w: WorkerView, duration_s: float) -> None:
-        """A decode-only step of `w` took `duration_s` (T_iter before this step: its EWMA)."""
-        if w.step_time_ewma_s > 0:
-            self.tracker(w.id).observe(duration_s - w.step_time_ewma_s)
+    def observe(self, w: WorkerView, duration_s: float, plan: StepPlan) -> None:
+        """A step of `w` with decodes took `duration_s`. Decode-only steps update T_iter; every
+        step's excess over the planner's estimate feeds the jitter record behind delta_guard."""
+        if not plan.decode:
+            return
+        prev = self.t_iter_s.get(w.id)
+        if prev is None:
+            if not plan.chunks:
+                self.t_iter_s[w.id] = duration_s
+            return
+        self.tracker(w.id).observe(duration_s - prev - self.chunks_cost(w.num_decoding, plan))
+        if not plan.chunks:
+            self.t_iter_s[w.id] = prev + EWMA * (duration_s - prev)
+
+    def t_iter(self, w: WorkerView) -> float:
+        """T_iter(B): the decode part of recent steps (0 with nothing to decode)."""
+        if not w.num_decoding:
+            return 0.0
+        return self.t_iter_s.get(w.id, w.step_time_ewma_s)
 
     def slack(self, w: WorkerView) -> float:
-        t_iter = w.step_time_ewma_s if w.num_decoding else 0.0
-        return self.slo_tbt_s - t_iter - self.tracker(w.id).guard_s
+        return self.slo_tbt_s - self.t_iter(w) - self.tracker(w.id).guard_s
 
-    def chunk_cost(self, prior: int, c: int) -> float:
-        """Marginal time of extending a prefill from `prior` to `prior + c` tokens inside a step."""
-        return self.chunk_time(prior + c) - self.chunk_time(prior)
+    def chunk_cost(self, batch: int, prior: int, c: int) -> float:
+        """Marginal time of c prompt tokens (after `prior` of them) fused into a B-decode step."""
+        base = batch + prior
+        return self.chunk_time(base + c) - self.chunk_time(base)
+
+    def chunks_cost(self, batch: int, plan: StepPlan) -> float:
+        total, used = 0.0, batch
+        for req, c in plan.chunks:
+            total += self.chunk_cost(used, req.prefilled, c)
+            used += c
+        return total
 
     def chunk_tokens(self, w: WorkerView, prior: int = 0) -> int:
-        """C_chunk: the largest c with chunk_cost(prior, c) <= slack (0 if below min_chunk)."""
+        """C_chunk: the largest c with chunk_cost(B, prior, c) <= slack (0 if below min_chunk)."""
         budget = self.slack(w)
         if budget <= 0:
             return 0
-        base = self.chunk_time(prior)
-        c = self.chunk_time.inverse_max(budget + base, prior + self.config.max_chunk, prior + 1) - prior
+        base = w.num_decoding + prior
+        top = self.chunk_time.inverse_max(budget + self.chunk_time(base), base + self.config.max_chunk, base + 1)
+        c = top - base
         return c if c >= self.config.min_chunk else 0
 
     def plan(self, w: WorkerView, max_num_seqs: int) -> StepPlan:
         """A decode worker's step: every decode, plus borrowed prefill chunks within C_chunk."""
         plan = StepPlan(decode=w.num_decoding > 0)
         if w.queue:
-            head = w.queue[0]
-            budget = self.chunk_tokens(w, head.prefilled)
+            if not plan.decode:  # no decode to protect: prefill as a prefill worker would
+                plan.chunks = chunks_within(w, self.config.max_chunk, max_num_seqs)
+                return plan
+            budget = self.chunk_tokens(w, w.queue[0].prefilled)
             if budget:
                 plan.chunks = chunks_within(w, budget, max_num_seqs)
         return plan
 
     def estimate(self, w: WorkerView, plan: StepPlan) -> float:
         """The planner's own estimate of a step's time (checked against SLO_TBT in tests)."""
-        t = w.step_time_ewma_s if plan.decode else 0.0
-        return t + sum(self.chunk_cost(r.prefilled, c) for r, c in plan.chunks)
+        return (self.t_iter(w) if plan.decode else 0.0) + self.chunks_cost(w.num_decoding, plan)
 
     def borrow(self, view: ClusterView) -> list[Borrow]:
         """Strip requests from the head of the prefill queues onto decode workers with slack."""
@@ -114,11 +146,15 @@ class FluidToken:
         self.borrowed += len(actions)
         return actions
 
-    @staticmethod
-    def _fitting(waiting: list[Request], w: WorkerView, taken: set[int]) -> Request | None:
-        room = w.free_blocks - w.pull_blocks_pending
-        for req in waiting[:8]:  # from the head: FCFS, skipping only what cannot fit here
-            if req.id not in taken and blocks_for(req.prompt_len + req.output_len, w.block_size) <= room:
+    def _fitting(self, waiting: list[Request], w: WorkerView, taken: set[int]) -> Request | None:
+        """From the head (FCFS), the first request whose KV fits here and whose last chunk would
+        still fit the slack (so a borrowed prompt cannot stall half-done behind the decodes)."""
+        room = w.free_blocks - w.pull_blocks_pending - int(self.config.kv_headroom * w.kv_blocks_total)
+        slack, step = self.slack(w), self.config.min_chunk
+        for req in waiting[:8]:
+            if req.id in taken or blocks_for(req.prompt_len + req.output_len, w.block_size) > room:
+                continue
+            if self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step) <= slack:
                 return req
         return None
 

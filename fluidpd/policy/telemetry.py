@@ -47,14 +47,16 @@ def prefill_pressure_index(view: ClusterView, prefill_time: Polynomial, slo_ttft
     return total / capacity
 
 
-def decode_pressure_index(view: ClusterView, slo_tbt_s: float, alpha: float = 0.5) -> float:
-    """DPI over the routable decode workers (0 when there is none)."""
+def decode_pressure_index(view: ClusterView, slo_tbt_s: float, alpha: float = 0.5, t_iter=None) -> float:
+    """DPI over the routable decode workers (0 when there is none); `t_iter(w)` defaults to the
+    worker's measured decode-step EWMA."""
     decode = [w for w in view.workers if w.role is Role.DECODE and w.routable]
     if not decode:
         return 0.0
-    return sum(worker_pressure(w, slo_tbt_s, alpha) for w in decode) / len(decode)
+    return sum(worker_pressure(w, slo_tbt_s, alpha, t_iter) for w in decode) / len(decode)
 
 
-def worker_pressure(w: WorkerView, slo_tbt_s: float, alpha: float = 0.5) -> float:
+def worker_pressure(w: WorkerView, slo_tbt_s: float, alpha: float = 0.5, t_iter=None) -> float:
     """One decode worker's term of the DPI."""
-    return alpha * w.step_time_ewma_s / slo_tbt_s + (1 - alpha) * w.kv_blocks_used / w.kv_blocks_total
+    t = t_iter(w) if t_iter else w.step_time_ewma_s
+    return alpha * t / slo_tbt_s + (1 - alpha) * w.kv_blocks_used / w.kv_blocks_total

@@ -227,6 +227,7 @@ class SimCluster(Elastic):
         src.free(src.blocks_of(req))
         src.transfers_out -= 1
         d.transfers_in -= 1
+        req.moved = True
         d.join(req)
         self.schedule(d)
         self.schedule(src)

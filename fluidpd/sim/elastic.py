@@ -64,6 +64,7 @@ class Elastic:
         src.transfers_out -= 1
         dst.transfers_in -= 1
         req.migrations += 1
+        req.moved = True
         dst.join(req)
         self.schedule(dst)
         self.schedule(src)

@@ -161,7 +161,8 @@ class SimWorker:
         mark = (self.decode_steps, self.over_cum)
         for req in joiners:
             gap = now - req.last_token_s
-            on_gap(gap, 1)
+            on_gap(gap, 1, req.moved)
+            req.moved = False
             req.add_gap(gap, slo_tbt_s)
             self.marks[req.id] = mark + (self.marks[req.id][2],)
         self.joiners = []
