@@ -45,6 +45,11 @@ class Request:
         return self.prefill_target - self.prefilled
 
     @property
+    def kv_prior(self) -> int:
+        """Prompt tokens whose KV the next prefill chunk attends to."""
+        return self.prefilled
+
+    @property
     def context_len(self) -> int:
         """Tokens whose KV a decode step of this request reads."""
         return self.prompt_len + self.generated

@@ -17,6 +17,16 @@ class Borrow:
 
 
 @dataclass(frozen=True, slots=True)
+class BorrowSplit:
+    """FluidToken's parallel spread: prefill a long prompt as pieces on several decode workers,
+    then gather the KV to `dsts[0]`, which decodes the request."""
+
+    request: Request
+    src: int
+    dsts: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class StopRouting:
     """FluidRole drain, first step: no new work for `worker`; its unstarted work goes elsewhere."""
 

@@ -9,7 +9,10 @@ memory-bound, then compute), a chunk of c tokens after `prior` tokens of its pro
 with B decodes, costs g(B + prior + c) - g(B + prior): the decodes use up the free compute first,
 and earlier chunks make attention dearer (conservative on purpose). C_chunk is the largest c that
 fits the slack. A borrowed request's KV stays on the decode worker, which then decodes it; a
-prompt longer than one chunk runs as chunks over successive iterations.
+prompt longer than one chunk runs as chunks over successive iterations, and a prompt of at least
+`split_min_tokens` spreads over several decode workers with slack at once: piece j attends to the
+pieces before it (context-parallel, its cost counts that prior), and when all pieces are done the
+first token is out and their KV is gathered to the worker that decodes the request.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 
 from fluidpd.core.polynomial import Polynomial
 from fluidpd.core.request import Request
-from fluidpd.policy.actions import Borrow
+from fluidpd.policy.actions import Borrow, BorrowSplit
 from fluidpd.policy.jitter import JitterTracker
 from fluidpd.policy.stepplan import chunks_within
 from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView, blocks_for
@@ -33,12 +36,16 @@ class FluidTokenConfig:
     max_chunk: int = 8192
     borrowed_per_worker: int = 1      # requests a decode worker holds for borrowing at once
     kv_headroom: float = 0.2          # KV share kept free for hand-offs when borrowing
+    split_min_tokens: int = 2048      # prompts this long spread over several decode workers
+    max_split: int = 4                # at most this many pieces
     guard_factor: float = 1.5         # delta_guard = factor x p99.9 of measured jitter
     guard_default_s: float = 0.004    # until enough steps are measured (the seed: 2-3 ms on H100)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_chunk <= self.max_chunk or self.borrowed_per_worker < 1:
             raise ValueError("need 1 <= min_chunk <= max_chunk and borrowed_per_worker >= 1")
+        if self.max_split < 1 or self.split_min_tokens < 2:
+            raise ValueError("max_split must be >= 1 and split_min_tokens >= 2")
         if self.guard_factor <= 0 or self.guard_default_s < 0:
             raise ValueError("guard_factor must be > 0 and guard_default_s >= 0")
 
@@ -53,6 +60,7 @@ class FluidToken:
         self.jitter: dict[int, JitterTracker] = {}
         self.t_iter_s: dict[int, float] = {}
         self.borrowed = 0
+        self.spread = 0
 
     def tracker(self, wid: int) -> JitterTracker:
         t = self.jitter.get(wid)
@@ -92,7 +100,7 @@ class FluidToken:
     def chunks_cost(self, batch: int, plan: StepPlan) -> float:
         total, used = 0.0, batch
         for req, c in plan.chunks:
-            total += self.chunk_cost(used, req.prefilled, c)
+            total += self.chunk_cost(used, req.kv_prior, c)
             used += c
         return total
 
@@ -113,7 +121,7 @@ class FluidToken:
             if not plan.decode:  # no decode to protect: prefill as a prefill worker would
                 plan.chunks = chunks_within(w, self.config.max_chunk, max_num_seqs)
                 return plan
-            budget = self.chunk_tokens(w, w.queue[0].prefilled)
+            budget = self.chunk_tokens(w, w.queue[0].kv_prior)
             if budget:
                 plan.chunks = chunks_within(w, budget, max_num_seqs)
         return plan
@@ -122,7 +130,7 @@ class FluidToken:
         """The planner's own estimate of a step's time (checked against SLO_TBT in tests)."""
         return (self.t_iter(w) if plan.decode else 0.0) + self.chunks_cost(w.num_decoding, plan)
 
-    def borrow(self, view: ClusterView) -> list[Borrow]:
+    def borrow(self, view: ClusterView) -> list:
         """Strip requests from the head of the prefill queues onto decode workers with slack."""
         donors = [w for w in view.workers if w.role is Role.PREFILL and w.queue]
         if not donors:
@@ -132,31 +140,48 @@ class FluidToken:
             for r in _unstarted_head(w, 8):
                 owner[r.id] = w.id
         waiting = sorted((r for w in donors for r in _unstarted_head(w, 8)), key=lambda r: (r.arrival_s, r.id))
-        actions: list[Borrow] = []
-        taken: set[int] = set()
-        for w in view.workers:
-            if not waiting or w.role is not Role.DECODE or not w.routable:
+        cap = self.config.borrowed_per_worker
+        free = [w for w in view.workers if w.role is Role.DECODE and w.routable and len(w.queue) < cap
+                and self.chunk_tokens(w)]
+        actions: list = []
+        for req in waiting:
+            if not free:
+                break
+            home = self._home(req, free)
+            if home is None:
                 continue
-            if len(w.queue) >= self.config.borrowed_per_worker or not self.chunk_tokens(w):
-                continue
-            req = self._fitting(waiting, w, taken)
-            if req is not None:
-                taken.add(req.id)
-                actions.append(Borrow(req, owner[req.id], w.id))
+            free.remove(home)
+            helpers = self._helpers(req, free)
+            if helpers:
+                for h in helpers:
+                    free.remove(h)
+                actions.append(BorrowSplit(req, owner[req.id], (home.id, *(h.id for h in helpers))))
+                self.spread += 1
+            else:
+                actions.append(Borrow(req, owner[req.id], home.id))
         self.borrowed += len(actions)
         return actions
 
-    def _fitting(self, waiting: list[Request], w: WorkerView, taken: set[int]) -> Request | None:
-        """From the head (FCFS), the first request whose KV fits here and whose last chunk would
-        still fit the slack (so a borrowed prompt cannot stall half-done behind the decodes)."""
-        room = w.free_blocks - w.pull_blocks_pending - int(self.config.kv_headroom * w.kv_blocks_total)
-        slack, step = self.slack(w), self.config.min_chunk
-        for req in waiting[:8]:
-            if req.id in taken or blocks_for(req.prompt_len + req.output_len, w.block_size) > room:
-                continue
-            if self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step) <= slack:
-                return req
-        return None
+    def _room(self, w: WorkerView) -> int:
+        return w.free_blocks - w.pull_blocks_pending - int(self.config.kv_headroom * w.kv_blocks_total)
+
+    def _home(self, req: Request, free: list) -> WorkerView | None:
+        """The worker with the most room that can hold the whole request and whose slack would
+        still fit the prompt's last chunk (so a borrowed prompt cannot stall behind the decodes)."""
+        step = self.config.min_chunk
+        need = blocks_for(req.prompt_len + req.output_len, free[0].block_size)
+        fits = [w for w in free if self._room(w) >= need
+                and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step) <= self.slack(w)]
+        return max(fits, key=lambda w: (self._room(w), -w.id)) if fits else None
+
+    def _helpers(self, req: Request, free: list) -> list:
+        """Decode workers that take the other pieces of a long prompt."""
+        c = self.config
+        if req.prompt_len < c.split_min_tokens or c.max_split < 2 or req.prefill_target != req.prompt_len:
+            return []
+        piece = -(-req.prompt_len // c.max_split)
+        ok = [w for w in free if self._room(w) >= blocks_for(piece, w.block_size)]
+        return sorted(ok, key=lambda w: (-self._room(w), w.id))[: c.max_split - 1]
 
 
 def _unstarted_head(w: WorkerView, n: int) -> list[Request]:

@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from fluidpd.core.metrics import MetricsCollector
+from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.request import Request
 from fluidpd.latency.shape import StepShape
 from fluidpd.policy.base import Policy
@@ -39,6 +40,7 @@ class SimCluster(Elastic):
         self.outstanding = 0
         self.timeline = Timeline(len(self.workers))
         self._progress = None
+        self.spreads: dict = {}
         self._jitter_sigma = math.sqrt(math.log1p(config.step_jitter_cv ** 2))
 
     @property
@@ -125,7 +127,7 @@ class SimCluster(Elastic):
                 w.allocate(need)
                 w.num_prefilling += 1
                 req.worker = w.id
-            shape.add_chunk(c, req.prefilled)
+            shape.add_chunk(c, req.kv_prior)
         if not plan:
             w.busy = False
             return
@@ -181,6 +183,9 @@ class SimCluster(Elastic):
         """A request's prefill finished on `w`: emit a token, then decode here or hand off."""
         w.dequeue(req)
         w.num_prefilling -= 1
+        if isinstance(req, PrefillPiece):
+            self.piece_done(w, req)
+            return
         if req.generated:
             gap = self.loop.now - req.last_token_s
             self.metrics.on_gap(gap)

@@ -1,10 +1,25 @@
 """How the simulated world carries out the control plane's elastic actions."""
 from __future__ import annotations
 
-from fluidpd.policy.actions import Borrow, Migrate, RunPhase, StopRouting
-from fluidpd.policy.view import Role
+from dataclasses import dataclass
+
+from fluidpd.core.piece import PrefillPiece, split_prompt
+from fluidpd.core.request import Request
+from fluidpd.policy.actions import Borrow, BorrowSplit, Migrate, RunPhase, StopRouting
+from fluidpd.policy.view import Role, blocks_for
 from fluidpd.sim.events import EventKind
-from fluidpd.sim.network import MIGRATION
+from fluidpd.sim.network import HANDOFF, MIGRATION
+
+
+@dataclass(slots=True)
+class Spread:
+    """A request prefilled as pieces on several workers, gathered to `home` to decode."""
+
+    request: Request
+    home: int
+    pieces: list
+    unfinished: int
+    in_flight: int = 0
 
 
 class Elastic:
@@ -25,10 +40,75 @@ class Elastic:
         dst.enqueue(req)
         self.schedule(dst)
 
+    def _borrow_split(self, a: BorrowSplit) -> None:
+        src, home = self.workers[a.src], self.workers[a.dsts[0]]
+        req = a.request
+        if req.worker >= 0 or req not in src.queue or not home.routable:
+            return
+        pieces = split_prompt(req, len(a.dsts))
+        reserve = blocks_for(req.prompt_len, home.block_size) - blocks_for(pieces[0].length, home.block_size)
+        if reserve > home.free_blocks:
+            return
+        src.dequeue(req)
+        req.borrowed = True
+        home.allocate(reserve)
+        self.spreads[req.id] = Spread(req, home.id, pieces, len(pieces))
+        for piece, dst in zip(pieces, a.dsts):
+            self.workers[dst].enqueue(piece)
+            self.schedule(self.workers[dst])
+
+    def piece_done(self, w, piece: PrefillPiece) -> None:
+        """One piece finished on `w`; the last one emits the first token and starts the gather."""
+        spread = self.spreads[piece.id]
+        spread.unfinished -= 1
+        if spread.unfinished:
+            return
+        req, home = spread.request, self.workers[spread.home]
+        req.prefilled = req.prefill_target
+        req.emit(self.loop.now)
+        w.tokens_out += 1
+        for p in spread.pieces[1:]:  # piece 0 ran at home; the reservation holds the rest
+            src = self.workers[p.worker]
+            if src is home:
+                src.free(blocks_for(p.length, src.block_size))
+                continue
+            spread.in_flight += 1
+            src.transfers_out += 1
+            home.transfers_in += 1
+            end = self.network.schedule(self.loop.now, p.length * self.kv_bytes_per_token, src.node,
+                                        home.node, home.id, HANDOFF)
+            self.loop.at(end, EventKind.TRANSFER_END, self._gathered, (spread, p, src))
+        if not spread.in_flight:
+            self._spread_done(spread)
+
+    def _gathered(self, arg) -> None:
+        spread, piece, src = arg
+        home = self.workers[spread.home]
+        src.free(blocks_for(piece.length, src.block_size))
+        src.transfers_out -= 1
+        home.transfers_in -= 1
+        spread.in_flight -= 1
+        self.schedule(src)
+        if not spread.in_flight:
+            self._spread_done(spread)
+
+    def _spread_done(self, spread: Spread) -> None:
+        """All KV is home (blocks_for(prompt) there): decode the request, or finish it."""
+        del self.spreads[spread.request.id]
+        req, home = spread.request, self.workers[spread.home]
+        req.worker = home.id
+        if req.finished:
+            home.free(home.blocks_of(req))
+            self.finish(req)
+            return
+        req.moved = len(spread.pieces) > 1
+        home.join(req)
+        self.schedule(home)
+
     def _stop_routing(self, a: StopRouting) -> None:
         w = self.workers[a.worker]
         w.routable = False
-        for req in [r for r in w.queue if r.worker < 0]:
+        for req in [r for r in w.queue if r.worker < 0 and not isinstance(r, PrefillPiece)]:
             w.dequeue(req)
             self.submit(req)
         while w.pulls:
@@ -100,4 +180,5 @@ class Elastic:
                 del w.held[req.id]
                 w.join(req)
 
-    _handlers = {Borrow: _borrow, StopRouting: _stop_routing, Migrate: _migrate, RunPhase: _run_phase}
+    _handlers = {Borrow: _borrow, BorrowSplit: _borrow_split, StopRouting: _stop_routing, Migrate: _migrate,
+                 RunPhase: _run_phase}

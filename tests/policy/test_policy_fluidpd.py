@@ -63,6 +63,8 @@ def test_fluidtoken_borrows_within_the_slo_by_its_own_estimate_and_in_simulation
     assert learned and all(g != pol.token.config.guard_default_s for g in learned)
     borrowed = [r for r in c.metrics.finished if r.borrowed]
     assert borrowed and all(r.generated == r.output_len for r in borrowed)
+    assert pol.token.spread > 0, "long prompts should spread over several decode workers"
+    assert not c.spreads and all(w.kv_blocks_used == 0 and not w.queue for w in c.workers)
 
 
 def test_fluidtoken_cuts_ttft_of_a_prefill_burst_against_static_pd():
