@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-HANDOFF = "handoff"      # prefill -> decode KV of a just-prefilled request
-MIGRATION = "migration"  # FluidRole drain: live KV moved to a peer
+from fluidpd.world.links import HANDOFF, MIGRATION
+
+__all__ = ["HANDOFF", "MIGRATION", "Network", "NetworkConfig"]
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ from fluidpd.core.metrics import MetricsCollector, Slo
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.sim.cluster import SimCluster
 from fluidpd.sim.config import SimConfig
-from fluidpd.sim.events import EventKind
+from fluidpd.world.events import EventKind
 from fluidpd.sim.run import Setup, prefill_saturation_tokens
 from fluidpd.specs.hardware import get_hardware
 from fluidpd.specs.models import get_model

@@ -8,11 +8,11 @@ from fluidpd.core.request import Request
 from fluidpd.policy import routing, stepplan
 from fluidpd.policy.static_pd import split
 from fluidpd.policy.view import Role
-from fluidpd.sim.worker import SimWorker
+from fluidpd.world.worker import WorkerState
 
 
 def worker(blocks=1000, role=Role.COLOCATED, wid=0):
-    return SimWorker(wid, role, 0, blocks, 16)
+    return WorkerState(wid, role, 0, blocks, 16)
 
 
 def req(rid, prompt, out=10):

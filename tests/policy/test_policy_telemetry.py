@@ -6,7 +6,7 @@ from fluidpd.core.request import Request
 from fluidpd.policy.jitter import JitterTracker
 from fluidpd.policy.telemetry import decode_pressure_index, prefill_pressure_index
 from fluidpd.policy.view import Role
-from fluidpd.sim.worker import SimWorker
+from fluidpd.world.worker import WorkerState
 
 
 class View:
@@ -18,8 +18,8 @@ F_P = Polynomial((0.001, 0.01))  # f_P(s) = 0.001 s + 0.01 (seconds)
 
 
 def test_ppi_hand_computation():
-    p0, p1 = SimWorker(0, Role.PREFILL, 0, 100), SimWorker(1, Role.PREFILL, 0, 100)
-    d = SimWorker(2, Role.DECODE, 0, 100)
+    p0, p1 = WorkerState(0, Role.PREFILL, 0, 100), WorkerState(1, Role.PREFILL, 0, 100)
+    d = WorkerState(2, Role.DECODE, 0, 100)
     p0.enqueue(Request(0, 0.0, 1000, 5))   # f=1.01 s, waited 2 s: late by 2 + 1.01 - 1.5 = 1.51
     p0.enqueue(Request(1, 1.9, 200, 5))    # f=0.21, late by 0.1 + 0.21 - 1.5 < 0
     r = Request(2, 1.0, 500, 5)
@@ -33,7 +33,7 @@ def test_ppi_hand_computation():
 
 
 def test_ppi_is_capped_and_zero_when_idle():
-    p = SimWorker(0, Role.PREFILL, 0, 100)
+    p = WorkerState(0, Role.PREFILL, 0, 100)
     assert prefill_pressure_index(View(0.0, [p]), F_P, 1.0) == 0.0
     for i in range(1000):
         p.enqueue(Request(i, 0.0, 4000, 5))
@@ -41,8 +41,8 @@ def test_ppi_is_capped_and_zero_when_idle():
 
 
 def test_dpi_hand_computation():
-    a, b = SimWorker(0, Role.DECODE, 0, 100), SimWorker(1, Role.DECODE, 0, 200)
-    p = SimWorker(2, Role.PREFILL, 0, 100)
+    a, b = WorkerState(0, Role.DECODE, 0, 100), WorkerState(1, Role.DECODE, 0, 200)
+    p = WorkerState(2, Role.PREFILL, 0, 100)
     a.step_time_ewma_s, a.kv_blocks_used = 0.030, 50
     b.step_time_ewma_s, b.kv_blocks_used = 0.010, 20
     p.step_time_ewma_s, p.kv_blocks_used = 1.0, 100       # prefill workers do not count

@@ -1,6 +1,6 @@
 import pytest
 
-from fluidpd.sim.events import EventKind, EventLoop
+from fluidpd.world.events import EventKind, EventLoop
 
 
 def test_same_instant_runs_in_kind_order_then_insertion_order():

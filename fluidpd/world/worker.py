@@ -8,7 +8,7 @@ from fluidpd.core.request import Request
 from fluidpd.policy.view import Role, blocks_for
 
 
-class SimWorker:
+class WorkerState:
     """One engine instance: implements the policy's WorkerView over O(1)-per-step bookkeeping.
 
     Decode-side KV growth is tracked without touching every request: a decoding request with
@@ -146,8 +146,9 @@ class SimWorker:
         """The latest-arrived decoding request (vLLM's recompute preemption order)."""
         return max(self.decoding.values(), key=lambda r: (r.arrival_s, r.id))
 
-    def decode_tick(self, now: float, slo_tbt_s: float, on_gap) -> list[Request]:
-        """Account one finished decode step at `now`; returns the requests that finished."""
+    def decode_tick(self, now: float, slo_tbt_s: float, on_gap, stopped: frozenset = frozenset()) -> list[Request]:
+        """Account one finished decode step at `now`; returns the requests that finished (reached
+        their output length, or are in `stopped`: ended early by the engine)."""
         self.decode_steps += 1
         n = len(self.decoding)
         self.decode_ctx_sum += n
@@ -170,7 +171,7 @@ class SimWorker:
         done = []
         for req in self.decoding.values():
             req.generated += 1
-            if req.generated >= req.output_len:
+            if req.generated >= req.output_len or (stopped and req.id in stopped):
                 done.append(req)
         self.tokens_out += n
         return done

@@ -1,4 +1,4 @@
-"""How the simulated world carries out the control plane's elastic actions."""
+"""How a world carries out the control plane's elastic actions."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,8 +7,7 @@ from fluidpd.core.piece import PrefillPiece, split_prompt
 from fluidpd.core.request import Request
 from fluidpd.policy.actions import Borrow, BorrowSplit, Migrate, RunPhase, StopRouting
 from fluidpd.policy.view import Role, blocks_for
-from fluidpd.sim.events import EventKind
-from fluidpd.sim.network import HANDOFF, MIGRATION
+from fluidpd.world.links import HANDOFF, MIGRATION
 
 
 @dataclass(slots=True)
@@ -23,7 +22,7 @@ class Spread:
 
 
 class Elastic:
-    """Mixin of SimCluster: Borrow, StopRouting, Migrate and the timed FluidRole phases."""
+    """Mixin of World: Borrow, BorrowSplit, StopRouting, Migrate and the FluidRole phases."""
 
     def apply(self, actions: list) -> None:
         for action in actions:
@@ -75,9 +74,7 @@ class Elastic:
             spread.in_flight += 1
             src.transfers_out += 1
             home.transfers_in += 1
-            end = self.network.schedule(self.loop.now, p.length * self.kv_bytes_per_token, src.node,
-                                        home.node, home.id, HANDOFF)
-            self.loop.at(end, EventKind.TRANSFER_END, self._gathered, (spread, p, src))
+            self.transfer(p, src, home, p.length, HANDOFF, self._gathered, (spread, p, src))
         if not spread.in_flight:
             self._spread_done(spread)
 
@@ -134,9 +131,7 @@ class Elastic:
         dst.allocate(need)
         src.transfers_out += 1
         dst.transfers_in += 1
-        nbytes = src.stored(req) * self.kv_bytes_per_token
-        end = self.network.schedule(self.loop.now, nbytes, src.node, dst.node, dst.id, MIGRATION)
-        self.loop.at(end, EventKind.TRANSFER_END, self._migrated, (req, src, dst))
+        self.transfer(req, src, dst, src.stored(req), MIGRATION, self._migrated, (req, src, dst))
 
     def _migrated(self, arg) -> None:
         req, src, dst = arg
@@ -150,17 +145,24 @@ class Elastic:
         self.schedule(src)
 
     def _run_phase(self, a: RunPhase) -> None:
-        done = self.loop.now + self.config.phase_s(a.phase)
-        self.loop.at(done, EventKind.TRANSFER_END, self._phase_end, a)
+        self.run_phase(a, self.remap_blocks(self.workers[a.worker], a.role))
 
-    def _phase_end(self, a: RunPhase) -> None:
+    def run_phase(self, a: RunPhase, kv_blocks: int) -> None:
+        """World-specific: carry out phase `a` (remap: re-slice to `kv_blocks`), then `phase_end(a)`."""
+        raise NotImplementedError
+
+    def remap_blocks(self, w, role: Role) -> int:
+        """KV blocks a worker keeps in `role` (a prefill worker may give part of its arena to scratch)."""
+        fraction = self.prefill_kv_fraction if role is Role.PREFILL else 1.0
+        target = max(1, int(w.kv_blocks_full * fraction))
+        if target < w.kv_blocks_used:
+            raise RuntimeError(f"worker {w.id}: remap below live KV ({w.kv_blocks_used} blocks)")
+        return target
+
+    def phase_end(self, a: RunPhase) -> None:
         w = self.workers[a.worker]
         if a.phase == "remap":
-            fraction = self.config.prefill_kv_fraction if a.role is Role.PREFILL else 1.0
-            target = max(1, int(w.kv_blocks_full * fraction))
-            if target < w.kv_blocks_used:
-                raise RuntimeError(f"worker {w.id}: remap below live KV ({w.kv_blocks_used} blocks)")
-            w.kv_blocks_total = target
+            w.kv_blocks_total = self.remap_blocks(w, a.role)
         elif a.phase == "dispatch":
             w.role = a.role
             if a.role is Role.DECODE:

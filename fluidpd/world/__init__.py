@@ -1,0 +1,1 @@
+"""Request lifecycle shared by the simulated and the real cluster: queues, steps, hand-offs, elasticity."""

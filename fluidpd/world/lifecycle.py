@@ -1,0 +1,229 @@
+"""The request lifecycle both worlds share: routing, step planning, token accounting, pull-based
+KV hand-off, preemption and the elastic actions. A world supplies the clock (`loop`), how a step
+runs (`execute`), how KV moves (`transfer`) and how long FluidRole's phases take (`run_phase`)."""
+from __future__ import annotations
+
+from fluidpd.core.metrics import MetricsCollector
+from fluidpd.core.piece import PrefillPiece
+from fluidpd.core.request import Request
+from fluidpd.latency.shape import StepShape
+from fluidpd.policy.base import Policy
+from fluidpd.policy.view import StepPlan, blocks_for
+from fluidpd.world.elastic import Elastic
+from fluidpd.world.events import EventKind
+from fluidpd.world.links import HANDOFF
+from fluidpd.world.timeline import Timeline
+from fluidpd.world.worker import WorkerState
+
+EWMA = 0.2
+
+
+class World(Elastic):
+    """Implements the policy's ClusterView over WorkerStates; every step planned by the policy."""
+
+    def __init__(self, policy: Policy, kv_bytes_per_token: float, kv_blocks: int, metrics: MetricsCollector,
+                 n_workers: int, block_size: int, node_of, loop):
+        self.policy, self.metrics, self.loop = policy, metrics, loop
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.slo_tbt = metrics.slo.tbt_s
+        roles = policy.roles(n_workers)
+        self.workers = [WorkerState(i, r, node_of(i), kv_blocks, block_size) for i, r in enumerate(roles)]
+        self.outstanding = 0
+        self.timeline = Timeline(len(self.workers))
+        self.spreads: dict = {}
+        self.prefill_kv_fraction = 1.0
+
+    @property
+    def now(self) -> float:
+        return self.loop.now
+
+    def active(self) -> bool:
+        """Whether periodic events (control ticks, samples) keep running."""
+        return True
+
+    # --- world-specific ---------------------------------------------------------------------
+    def execute(self, w: WorkerState, plan: StepPlan, shape: StepShape) -> None:
+        """Run `plan` on `w`; when it is done, call `step_end(w, plan, duration_s, stopped)`."""
+        raise NotImplementedError
+
+    def transfer(self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg) -> None:
+        """Move `tokens` tokens of `req`'s KV from `src` to `dst`; then call `done(arg)`."""
+        raise NotImplementedError
+
+    def on_sample(self) -> None:
+        """Called after every timeline sample."""
+
+    def submit(self, req: Request, front: bool = False) -> None:
+        w = self.workers[self.policy.route(req, self)]
+        if blocks_for(req.prompt_len + req.output_len, w.block_size) > w.kv_blocks_total:
+            self.reject(req)
+            return
+        w.enqueue(req, front)
+        self.schedule(w)
+
+    def _control(self, _=None) -> None:
+        self.apply(self.policy.tick(self))
+        if self.active():
+            self.loop.at(self.loop.now + self.policy.config.tick_s, EventKind.CONTROL, self._control)
+
+    def _sample(self, period_s: float) -> None:
+        self.timeline.sample(self.loop.now, self.workers)
+        self.on_sample()
+        if self.active():
+            self.loop.at(self.loop.now + period_s, EventKind.SAMPLE, self._sample, period_s)
+
+    # --- steps --------------------------------------------------------------------------
+    def schedule(self, w: WorkerState) -> None:
+        """Let `w` plan its next step once everything at this instant has happened."""
+        if self.loop.quiet():
+            self.kick(w)
+        elif not w.schedule_pending:
+            w.schedule_pending = True
+            self.loop.at(self.loop.now, EventKind.SCHEDULE, self._scheduled, w)
+
+    def _scheduled(self, w: WorkerState) -> None:
+        w.schedule_pending = False
+        self.kick(w)
+
+    def kick(self, w: WorkerState) -> None:
+        """Start `w`'s next step if it is idle and has work."""
+        if w.busy:
+            return
+        w.busy = True  # while planning: a preemption below may re-submit to `w`
+        plan = self.policy.plan_step(w, self)
+        if plan.decode:
+            plan.decode = self._make_room(w)
+        if not plan:
+            w.busy = False
+            return
+        shape = StepShape()
+        if plan.decode:
+            w.allocate(w.growth_blocks())
+            n = len(w.decoding)
+            shape.add_decodes(n, w.decode_ctx_sum + n)
+        for i, (req, c) in enumerate(plan.chunks):
+            if req.prefilled == 0:
+                need = blocks_for(req.prefill_target, w.block_size)
+                if need > w.free_blocks:  # decode growth took the room the planner counted on
+                    del plan.chunks[i:]
+                    break
+                w.allocate(need)
+                w.num_prefilling += 1
+                req.worker = w.id
+            shape.add_chunk(c, req.kv_prior)
+        if not plan:
+            w.busy = False
+            return
+        w.steps += 1
+        self.execute(w, plan, shape)
+
+    def _make_room(self, w: WorkerState) -> bool:
+        """Preempt (by recompute) until the next decode step's KV growth fits; False if none left."""
+        while w.decoding and w.growth_blocks() > w.free_blocks:
+            self.preempt(w, w.preemption_victim())
+        return bool(w.decoding)
+
+    def preempt(self, w: WorkerState, req: Request) -> None:
+        w.leave(req)
+        w.free(w.blocks_of(req))
+        w.preemptions += 1
+        req.preemptions += 1
+        req.prefill_target = req.prompt_len + req.generated
+        req.prefilled = 0
+        req.worker = -1
+        self.submit(req, front=True)
+
+    def step_end(self, w: WorkerState, plan: StepPlan, duration: float, stopped: frozenset = frozenset()) -> None:
+        """Account a finished step: tokens, finished requests (`stopped`: ended early by the
+        engine, e.g. EOS), completed prefills, deferred actions; then plan the next step."""
+        now = self.loop.now
+        w.busy = False
+        kind = "mixed" if plan.chunks and plan.decode else ("decode" if plan.decode else "prefill")
+        w.busy_s[kind] += duration
+        self.policy.observe_step(w, duration, plan)
+        if plan.decode and not plan.chunks:
+            w.step_time_ewma_s += EWMA * (duration - w.step_time_ewma_s) if w.step_time_ewma_s else duration
+        if plan.decode:
+            for req in w.decode_tick(now, self.slo_tbt, self.metrics.on_gap, stopped):
+                w.leave(req)
+                w.free(w.blocks_of(req))
+                self.finish(req)
+        for req, c in plan.chunks:
+            req.prefilled += c
+            w.queued_tokens -= c
+            if req.prefilled >= req.prefill_target:
+                self._prefilled(w, req, stopped)
+        w.join_incoming()
+        if w.deferred:
+            deferred, w.deferred = w.deferred, []
+            self.apply(deferred)
+        self.schedule(w)
+        self.start_pulls(w)
+
+    def _prefilled(self, w: WorkerState, req: Request, stopped: frozenset = frozenset()) -> None:
+        """A request's prefill finished on `w`: emit a token, then decode here or hand off."""
+        w.dequeue(req)
+        w.num_prefilling -= 1
+        if isinstance(req, PrefillPiece):
+            self.piece_done(w, req)
+            return
+        if req.generated:
+            gap = self.loop.now - req.last_token_s
+            self.metrics.on_gap(gap)
+            req.add_gap(gap, self.slo_tbt)
+        req.emit(self.loop.now)
+        w.tokens_out += 1
+        if req.finished or req.id in stopped:
+            w.free(w.blocks_of(req))
+            self.finish(req)
+            return
+        dst = self.policy.handoff(req, w, self)
+        if dst is None or dst == w.id:
+            w.join(req)
+            return
+        w.held[req.id] = req
+        req.worker = w.id
+        d = self.workers[dst]
+        d.pulls.append(req)
+        d.pull_blocks_pending += w.blocks_of(req)
+        self.start_pulls(d)
+
+    # --- pull-based KV hand-off ---------------------------------------------------------
+    def start_pulls(self, d: WorkerState) -> None:
+        """A decode worker fetches queued KV, FCFS, while its memory and batch have room."""
+        limit = self.policy.config.max_num_seqs
+        while d.pulls:
+            req = d.pulls[0]
+            need = d.blocks_of(req)
+            if need > d.free_blocks or len(d.decoding) >= limit:
+                return
+            d.pulls.popleft()
+            d.pull_blocks_pending -= need
+            d.allocate(need)
+            src = self.workers[req.worker]
+            src.transfers_out += 1
+            d.transfers_in += 1
+            self.transfer(req, src, d, WorkerState.stored(req), HANDOFF, self._pulled, (req, src, d))
+
+    def _pulled(self, arg: tuple[Request, WorkerState, WorkerState]) -> None:
+        req, src, d = arg
+        del src.held[req.id]
+        src.free(src.blocks_of(req))
+        src.transfers_out -= 1
+        d.transfers_in -= 1
+        req.moved = True
+        d.join(req)
+        self.schedule(d)
+        self.schedule(src)
+
+    def reject(self, req: Request) -> None:
+        """A request whose KV can never fit in one worker fails visibly instead of waiting forever."""
+        self.outstanding -= 1
+        self.metrics.rejected += 1
+
+    def finish(self, req: Request) -> None:
+        req.finish_s = self.loop.now
+        req.last_token_s = self.loop.now
+        req.worker = -1
+        self.outstanding -= 1
+        self.metrics.on_finish(req)
