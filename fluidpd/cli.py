@@ -9,6 +9,9 @@ import sys
 COMMANDS = {
     "simulate": "fluidpd.sim.cli",
     "generate": "fluidpd.engine.cli",
+    "experiment": "fluidpd.bench.cli",
+    "serve": "fluidpd.server.cli",
+    "bench": "fluidpd.bench.loadgen_cli",
 }
 
 

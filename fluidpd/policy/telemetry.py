@@ -9,7 +9,9 @@ request counts its remaining tokens). To bound the cost of one evaluation, the s
 PPI exceeds `ppi_cap`: past that, every decision is the same.
 
 DPI(t) = mean_j (alpha * T_iter(j) / SLO_TBT + (1 - alpha) * K_j / K_max(j)) over decode workers,
-with T_iter the EWMA of measured decode step times and K the KV blocks in use.
+with T_iter the EWMA of measured decode step times. K_j, the worker's KV demand, is the blocks in
+use plus the blocks promised to hand-offs queued on it: KV that waits on a prefill worker for decode
+room is decode pressure (and can push DPI above 1), not prefill pressure.
 """
 from __future__ import annotations
 
@@ -59,4 +61,4 @@ def decode_pressure_index(view: ClusterView, slo_tbt_s: float, alpha: float = 0.
 def worker_pressure(w: WorkerView, slo_tbt_s: float, alpha: float = 0.5, t_iter=None) -> float:
     """One decode worker's term of the DPI."""
     t = t_iter(w) if t_iter else w.step_time_ewma_s
-    return alpha * t / slo_tbt_s + (1 - alpha) * w.kv_blocks_used / w.kv_blocks_total
+    return alpha * t / slo_tbt_s + (1 - alpha) * (w.kv_blocks_used + w.pull_blocks_pending) / w.kv_blocks_total

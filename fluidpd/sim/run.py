@@ -69,17 +69,24 @@ def prefill_saturation_tokens(roofline: RooflineModel, tolerance: float = 0.1, l
     return next(n for n, t in zip(lengths, per_token) if t <= best * (1 + tolerance))
 
 
-def simulate(trace: Trace, policy_name: str, setup: Setup, progress=None) -> SimResult:
-    """Run `trace` through a simulated cluster under `policy_name`."""
+def simulate(trace: Trace, policy_name: str, setup: Setup, progress=None, *, keep_requests: bool = False,
+             before_run=None) -> SimResult:
+    """Run `trace` through a simulated cluster under `policy_name`.
+
+    keep_requests: keep the finished Request objects in `result.cluster.metrics.finished`;
+    before_run(cluster): called once the cluster is built (e.g. to schedule admin actions).
+    """
     roofline = setup.roofline()
     policy_cfg = setup.policy
     if not policy_cfg.prefill_batch_tokens:
         policy_cfg = replace(policy_cfg, prefill_batch_tokens=prefill_saturation_tokens(roofline))
     fluid = setup.fluid_config(roofline) if policy_name in ELASTIC else None
     policy = make_policy(policy_name, policy_cfg, fluid)
-    metrics = MetricsCollector(setup.slo)
+    metrics = MetricsCollector(setup.slo, finished=[] if keep_requests else None)
     cluster = SimCluster(trace, policy, roofline.step_time, setup.model.kv_bytes_per_token,
                          setup.kv_blocks(roofline), setup.network(), metrics, setup.sim)
+    if before_run:
+        before_run(cluster)
     t0 = time.perf_counter()
     cluster.run(progress)
     wall = time.perf_counter() - t0

@@ -47,6 +47,8 @@ def test_dpi_hand_computation():
     b.step_time_ewma_s, b.kv_blocks_used = 0.010, 20
     p.step_time_ewma_s, p.kv_blocks_used = 1.0, 100       # prefill workers do not count
     dpi = decode_pressure_index(View(0.0, [a, b, p]), slo_tbt_s=0.04, alpha=0.25)
+    b.pull_blocks_pending = 30
+    assert decode_pressure_index(View(0.0, [a, b, p]), 0.04, 0.25) == pytest.approx(dpi + 0.75 * 0.15 / 2)
     expected = ((0.25 * 0.75 + 0.75 * 0.5) + (0.25 * 0.25 + 0.75 * 0.1)) / 2
     assert dpi == pytest.approx(expected)
 

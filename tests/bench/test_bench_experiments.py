@@ -1,0 +1,167 @@
+"""`fluidpd experiment table1/table2`: the seed's evaluation tables in simulation."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fluidpd.bench import experiments as ex
+from fluidpd.bench.restarts import RestartModel
+from fluidpd.bench.simrun import attainment_between, run_instrumented
+from fluidpd.policy.view import Role
+
+
+def fluidpd(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "fluidpd.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def check_table1_output(out, scales: dict):
+    """`scales`: workload -> the rate scales it must have run."""
+    res = json.loads((out / "table1.json").read_text())
+    assert set(res["table1"]) == set(scales)
+    for name in scales:
+        rows = res["table1"][name]
+        assert [r["system"] for r in rows] == list(ex.SYSTEMS)
+        for r in rows:
+            assert 0 <= r["attainment"] <= 1 and r["requests"] > 0
+            assert r["completed"] + r["rejected"] <= r["requests"]
+        entry = res["workloads"][name]
+        assert entry["scales"] == sorted(scales[name])
+        for run in entry["runs"].values():
+            splits = run["splits"]
+            assert list(splits) == [f"{k}P:{8 - k}D" for k in range(1, 8)]
+            best = max(r["attainment"] for r in splits.values())
+            assert run["systems"]["static-pd best"]["attainment"] == best
+            assert run["systems"]["static-pd best"]["split"] == run["best_split"]
+            assert splits[run["best_split"]]["attainment"] == best
+            assert run["systems"]["static-pd 2P:6D"] == splits["2P:6D"]
+            assert isinstance(run["systems"]["fluidpd"]["transitions"], list)
+            if name == "phase_shift":
+                phases = run["systems"]["fluidpd"]["phase_attainment"]
+                assert list(phases) == ["surge1", "wave1", "surge2", "wave2"]
+        png = out / f"attainment_vs_rate_{name}.png"
+        assert png.stat().st_size > 5000
+    if "phase_shift" in scales:
+        assert (out / "fluidpd_phase_shift_timeline.png").stat().st_size > 5000
+    return res
+
+
+def test_table1_small_run_writes_six_systems_per_workload_and_the_plots(tmp_path):
+    out = tmp_path / "t1"
+    p = fluidpd("experiment", "table1", "--window", "60", "--scales", "1,2", "--no-goodput", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    res = check_table1_output(out, {name: [1.0, 2.0] for name in ex.WORKLOADS})
+    assert res["goodput"] is None
+    assert res["setting"]["ttft_justification"]["p99_prompt_tokens"] == 7436
+    assert 0.8 < res["setting"]["ttft_justification"]["prefill_alone_s"] < 2.0
+    assert "7,436 tokens" in p.stdout and "Table 1: azure_code x1" in p.stdout
+    assert "surge1" in p.stdout and "Bursty goal" in p.stdout
+
+
+@pytest.mark.slow
+def test_table1_quick_as_documented(tmp_path):
+    out = tmp_path / "q"
+    p = fluidpd("experiment", "table1", "--quick", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    res = check_table1_output(out, {name: list(wl.quick_scales) for name, wl in ex.WORKLOADS.items()})
+    assert res["goodput"] is None
+    for name in ex.WORKLOADS:
+        assert res["workloads"][name]["window_s"] == ex.QUICK_WINDOW_S
+
+
+def test_phase_shift_workload_stresses_the_static_2p6d_baseline():
+    """The documented choice of surge and wave rates: static 2P:6D misses SLOs in some phase."""
+    wl = ex.WORKLOADS["phase_shift"]
+    trace = wl.trace(wl.headline, ex.FULL_WINDOW_S, 0)
+    res = run_instrumented(trace, "static-pd", ex.setup(2), keep_requests=True)
+    per_phase = [attainment_between(res, trace, ex.SLO, a, b) for a, b, _ in wl.phases(ex.FULL_WINDOW_S)]
+    assert min(per_phase) < 0.7
+    assert res.summary["attainment"] < 0.9
+
+
+def test_restart_model_reproduces_the_seeds_fp16_table():
+    costs = RestartModel().costs(140e9)
+    assert costs["cold process restart"] == pytest.approx((82.4, 4.8, 87.2))
+    assert costs["warm container restart"] == pytest.approx((14.1, 3.2, 17.3))
+    assert costs["dynamic autoscaler (K8s)"] == pytest.approx((185.0, 8.4, 193.4))
+    half = RestartModel().costs(70e9)
+    assert half["cold process restart"][0] == pytest.approx(41.2)
+    assert half["dynamic autoscaler (K8s)"][2] == pytest.approx(185.0 - 41.2 + 8.4)
+    with pytest.raises(ValueError):
+        RestartModel().costs(0)
+    with pytest.raises(ValueError):
+        RestartModel(disk_bw=0)
+
+
+def test_table2_times_fluidrole_in_simulation_and_compares_restarts(tmp_path):
+    p = fluidpd("experiment", "table2", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "table2.json").read_text())
+    fr = res["fluidrole"]
+    assert fr["transitions"] >= 1
+    med = fr["median_s"]
+    assert 0.0 < med["total"] <= 2.0
+    d2p = fr["by_direction"]["decode->prefill"]["median_s"]
+    assert fr["table_total_s"] == d2p["total"]
+    assert 0.05 <= d2p["total"] <= 2.0          # Table 2's FluidRole row
+    for phase, const in res["setting"]["phase_constants_s"].items():
+        assert med[phase] == pytest.approx(const)
+    assert med["drain"] >= 0
+    for d in fr["details"]:
+        if d["total_s"] is not None:
+            assert d["total_s"] == pytest.approx(sum(d["phases_s"].values()))
+    rows = {r["mechanism"]: r for r in res["fp8"]["rows"]}
+    fp16 = {r["mechanism"]: r for r in res["fp16"]["rows"]}
+    cold = rows["cold process restart"]
+    assert cold["total_s"] == pytest.approx(res["fp8"]["weight_bytes"] / (140e9 / 82.4) + 4.8)
+    assert cold["vs_fluidrole"] == pytest.approx(cold["total_s"] / d2p["total"])
+    assert fp16["cold process restart"]["total_s"] > cold["total_s"] > rows["warm container restart"]["total_s"]
+    seed140 = {r["mechanism"]: r for r in res["seed_140gb_model"]["rows"]}
+    assert seed140["cold process restart"]["total_s"] == pytest.approx(87.2)
+    assert "87.2" in p.stdout and "FluidRole" in p.stdout
+
+
+def test_forced_role_switches_run_all_four_phases():
+    wl = ex.WORKLOADS["phase_shift"]
+    trace = wl.trace(0.5, 120, 0)
+    res = run_instrumented(trace, "fluidpd", ex.setup(2), forced=((30.0, Role.PREFILL), (90.0, Role.DECODE)))
+    ts = res.cluster.policy.transitions
+    assert [(t.src_role, t.dst_role, t.reason) for t in ts] == [
+        (Role.DECODE, Role.PREFILL, "admin"), (Role.PREFILL, Role.DECODE, "admin")]
+    assert all(t.done and t.began_s >= 30.0 for t in ts)
+    assert res.summary["completed"] == len(trace)
+    with pytest.raises(ValueError, match="no role transitions"):
+        run_instrumented(trace, "static-pd", ex.setup(2), forced=((1.0, Role.PREFILL),))
+
+
+def test_best_split_and_headline_choice():
+    rows = {1: {"attainment": 0.5, "strict_attainment": 0.4, "ttft_p99_s": 1.0},
+            2: {"attainment": 0.8, "strict_attainment": 0.3, "ttft_p99_s": 2.0},
+            3: {"attainment": 0.8, "strict_attainment": 0.5, "ttft_p99_s": 3.0}}
+    assert ex.best_split(rows) == 3
+    assert ex.headline_of(ex.WORKLOADS["azure_conv"], (1.0, 3.0)) == 1.0
+    assert ex.headline_of(ex.WORKLOADS["azure_conv"], (1.0, 1.5, 3.0)) == 1.5
+
+
+@pytest.mark.parametrize("args,message", [
+    (["table1", "--scales", "-1"], "must be > 0"),
+    (["table1", "--scales", "abc"], "not a number"),
+    (["table1", "--window", "0"], "must be > 0"),
+    (["table1", "--workloads", "nope"], "unknown workload"),
+    (["table3"], "invalid choice"),
+    ([], "required"),
+])
+def test_bad_arguments_give_a_message_and_exit_2(args, message, capsys):
+    from fluidpd.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["experiment", *args])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_arguments_from_the_shell_exit_2_without_a_traceback():
+    p = fluidpd("experiment", "table1", "--quick", "--scales", "0", timeout=60)
+    assert p.returncode == 2
+    assert "must be > 0" in p.stderr and "Traceback" not in p.stderr
