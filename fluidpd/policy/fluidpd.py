@@ -38,9 +38,9 @@ class FluidConfig:
     prefill_time: Polynomial          # f_P(s): prefill time of s tokens on a prefill worker
     chunk_time: Polynomial            # time of s tokens fused into a one-request decode step
     alpha: float = 0.5                # DPI: latency vs memory weight
-    theta_d_low: float = 0.75         # borrow only while decode pressure is below this
+    theta_d_low: float = 0.8          # borrow only while decode pressure is below this
     theta_p_high: float = 1.5         # sustained prefill deficit ...
-    theta_d_idle: float = 0.6         # ... while decode is this idle
+    theta_d_idle: float = 0.8         # ... while decode has this much headroom
     theta_d_high: float = 0.85        # sustained decode deficit ...
     theta_p_idle: float = 0.5         # ... while prefill is this idle
     tau_persist_s: float = 1.0
