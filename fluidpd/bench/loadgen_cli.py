@@ -1,0 +1,96 @@
+"""`fluidpd bench`: replay a trace against a running FluidPD (or any OpenAI-compatible) server.
+
+    fluidpd serve --model smollm2 --workers 1 &
+    fluidpd bench --url http://127.0.0.1:8000 --trace azure_conv --rate-scale 0.5 --duration 60 \\
+                  --ttft-slo 2 --tbt-slo 0.2 --out bench.json
+
+Open-loop arrivals at the trace's timestamps; prompts of the trace's exact token lengths; the
+same table and JSON keys as `fluidpd simulate`. Loopback servers only.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+DEFAULT_MAX_REQUESTS = 2000
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
+def register(sub) -> None:
+    from fluidpd.workload.registry import TRACE_NAMES
+
+    p = sub.add_parser("bench", help="replay a trace against a running server (open loop)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000 (loopback only)")
+    p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACE_NAMES)}, or a file")
+    p.add_argument("--rate-scale", type=_positive(float), default=1.0, help="compress time by X")
+    p.add_argument("--duration", type=_positive(float), default=60.0,
+                   help="replay the trace's first SEC seconds (after rate scaling; default 60)")
+    p.add_argument("--ttft-slo", type=_positive(float), required=True, help="seconds")
+    p.add_argument("--tbt-slo", type=_positive(float), required=True, help="seconds")
+    p.add_argument("--out", type=Path, help="write the row as JSON (same keys as fluidpd simulate)")
+    p.add_argument("--max-requests", type=_positive(int), default=DEFAULT_MAX_REQUESTS)
+    p.add_argument("--seed", type=int, default=0, help="trace loading and prompt offsets")
+    p.add_argument("--model", default=None, help="model name to send (default: the server's)")
+    p.add_argument("--max-model-len", type=_positive(int), default=None,
+                   help="clip prompt + output to this (default: the server's)")
+    p.add_argument("--drain-timeout", type=_positive(float), default=300.0,
+                   help="seconds after the last arrival before unfinished requests count as failed")
+    p.add_argument("--tokenizer", default=None,
+                   help="local tokenizer source ('smollm2', a .gguf, a dir) if the server has no /tokenize")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fluidpd.bench.loadgen import BenchConfig, check_loopback, run_bench, shape_trace
+    from fluidpd.bench.report import print_table, write_json
+    from fluidpd.core.metrics import Slo
+    from fluidpd.workload.registry import load_trace
+
+    check_loopback(args.url)          # ValueError -> exit 2, before loading anything
+    base = load_trace(args.trace, seed=args.seed)
+    trace = shape_trace(base, args.rate_scale, args.duration, args.max_requests)
+    if len(trace) == 0:
+        raise ValueError("the trace window holds no requests (raise --duration or --rate-scale)")
+    cfg = BenchConfig(url=args.url, trace=trace, slo=Slo(args.ttft_slo, args.tbt_slo), trace_name=str(args.trace),
+                      model=args.model, max_model_len=args.max_model_len, seed=args.seed,
+                      drain_timeout_s=args.drain_timeout, progress=not args.no_progress,
+                      tokenizer=args.tokenizer)
+    try:
+        row, _ = asyncio.run(run_bench(cfg))
+    except OSError as exc:
+        raise ValueError(f"cannot reach {args.url}: {exc}") from None
+    except Exception as exc:
+        if type(exc).__module__.startswith("httpx"):
+            raise ValueError(f"cannot talk to {args.url}: {exc}") from None
+        raise
+    title = (f"{args.trace} x{args.rate_scale:g}: {row['requests']} requests against {args.url} "
+             f"({row['model']}), SLO TTFT {args.ttft_slo}s TBT {args.tbt_slo * 1e3:g}ms")
+    print_table([row], title)
+    notes = []
+    if row["clipped_prompts"] or row["clipped_outputs"]:
+        notes.append(f"clipped to max_model_len {row['max_model_len']}: {row['clipped_prompts']} prompts, "
+                     f"{row['clipped_outputs']} outputs")
+    if row["failed"]:
+        first = next(iter(row["errors"].items()))
+        notes.append(f"{row['failed']} requests failed (counted as misses); most common: {first[1]} x {first[0]}")
+    notes.append(f"wall {row['wall_s']:.1f}s, max send lag {row['max_send_lag_s'] * 1e3:.0f}ms")
+    for n in notes:
+        print(n, file=sys.stderr)
+    if args.out:
+        write_json([row], args.out)
+    return 0

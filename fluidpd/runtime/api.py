@@ -1,0 +1,61 @@
+"""What the serving front end (HTTP server, load generator) sees of the runtime."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Protocol
+
+
+@dataclass(slots=True)
+class TokenEvent:
+    """New tokens of one request; the last event of a request carries `finish_reason`."""
+
+    token_ids: list[int]
+    finish_reason: str | None = None      # "stop" | "length" | "abort" | "error" (OpenAI's words)
+    logprobs: list | None = None          # engine TokenLogprob per new token, when asked for
+    error: str | None = None              # set with finish_reason "error": what went wrong
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    """A request as the front end submits it."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: object                         # fluidpd.engine.SamplingParams
+    arrival_s: float = 0.0                 # set by the runtime
+    meta: dict = field(default_factory=dict)
+
+
+class RequestStream(Protocol):
+    """Async iterator of TokenEvents for one request; ends after the event with finish_reason."""
+
+    request_id: str
+
+    def __aiter__(self) -> AsyncIterator[TokenEvent]: ...
+
+    async def abort(self) -> None: ...
+
+
+class ServingRuntime(Protocol):
+    """The runtime behind the OpenAI API: workers, the coordinator and its policy."""
+
+    model_name: str
+    tokenizer: object                      # fluidpd.engine.tokenizer.Tokenizer
+    max_model_len: int
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def submit(self, request: GenerationRequest) -> RequestStream:
+        """Accept a request (ValueError for one that can never run, e.g. too long)."""
+
+    def cluster_state(self) -> dict:
+        """JSON-able: workers (id, role, routable, queue, decoding, kv use), PPI, DPI, state,
+        recent transitions with phase durations, policy name."""
+
+    def force_role(self, worker_id: int, role: str) -> dict:
+        """Admin: switch a worker's role (ValueError if it cannot); returns the accepted action."""
+
+    def metrics_snapshot(self) -> dict:
+        """Counters, gauges and histogram samples for /metrics (see fluidpd.server.metrics)."""

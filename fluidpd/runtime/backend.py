@@ -1,0 +1,103 @@
+"""WorkerBackend: one worker (one LLMEngine) as the coordinator sees it, whatever runs it.
+
+    worker.start() -> StartInfo                      blocking: build the engine (spawn first, for processes)
+    worker.submit(method, *args, **kwargs) -> Future non-blocking; resolves from a background thread
+    worker.close()                                   idempotent
+
+Methods (executed on the worker's engine, strictly in submission order per worker):
+    add_request(request_id, prompt_token_ids, params) -> request_id
+    run_step(plan: StepPlan) -> StepResult
+    abort(request_id) -> bool
+    export_kv(request_id, release=True) -> KVHandle          (the request leaves the engine)
+    import_kv(handle, params=None, request_id=None) -> request_id   (the handle is released either way)
+    resize_kv(num_blocks) -> ResizeResult
+    stats() -> EngineStats
+    ping(delay_s=0.0) -> {"worker_id", "pid", "time"}
+
+Errors: an exception raised by the engine comes back on the Future as the same type with the same
+message. Cancelling a Future only drops its outcome: the call still runs, in order (so both
+backends leave the engine in the same state). A dead worker process fails every pending Future, and every later one, with
+`WorkerDiedError` (a RuntimeError); a closed worker with `WorkerClosedError` (a RuntimeError).
+
+Backends: `InProcessWorker` (the engine in this process, on its own thread; models can be
+shared) and `ProcessWorker` (a spawned process per worker, control over a Pipe, KV over shared
+memory). The futures are `concurrent.futures.Future`s: in asyncio, `await asyncio.wrap_future(f)`
+(callbacks run on the backend's thread: use `loop.call_soon_threadsafe` to touch loop state).
+`start()` blocks for seconds (weights): from a running loop, `await loop.run_in_executor(None,
+worker.start)`, or `start_workers([...])` in an executor to start several at once.
+
+A KV migration is two calls on two workers: `h = await A.submit("export_kv", rid)` then
+`await B.submit("import_kv", h)`; if the import will not happen (abort), call
+`fluidpd.runtime.transfer.release(h)`. A failed import has already released the handle.
+With ProcessWorker, the main module must be import-safe (`if __name__ == "__main__":`), as
+always with the spawn start method.
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future, InvalidStateError
+from typing import Any, Protocol, runtime_checkable
+
+from fluidpd.runtime.messages import (METHODS, RemoteError, StartInfo, WorkerClosedError, WorkerDiedError,
+                                      WorkerError, WorkerStartError)
+
+
+@runtime_checkable
+class WorkerBackend(Protocol):
+    worker_id: int
+
+    def start(self) -> StartInfo: ...
+
+    def submit(self, method: str, *args: Any, **kwargs: Any) -> Future: ...
+
+    def close(self) -> None: ...
+
+
+def resolve_future(f: Future, value: Any = None, error: BaseException | None = None) -> None:
+    """Set a call's outcome unless the caller cancelled the future (the call ran anyway)."""
+    try:
+        if error is not None:
+            f.set_exception(error)
+        else:
+            f.set_result(value)
+    except InvalidStateError:
+        pass
+
+
+def failed_future(exc: BaseException) -> Future:
+    f: Future = Future()
+    f.set_exception(exc)
+    return f
+
+
+def make_worker(kind: str, worker_id: int, config, **kwargs: Any) -> WorkerBackend:
+    """"inprocess" or "process"; kwargs go to the backend's constructor."""
+    if kind in ("inprocess", "in-process", "thread"):
+        from fluidpd.runtime.inprocess import InProcessWorker
+
+        return InProcessWorker(worker_id, config, **kwargs)
+    if kind in ("process", "proc"):
+        from fluidpd.runtime.process import ProcessWorker
+
+        return ProcessWorker(worker_id, config, **kwargs)
+    raise ValueError(f"unknown worker backend {kind!r}: 'inprocess' or 'process'")
+
+
+__all__ = ["METHODS", "RemoteError", "StartInfo", "WorkerBackend", "WorkerClosedError", "WorkerDiedError",
+           "WorkerError", "WorkerStartError", "failed_future", "make_worker", "resolve_future", "start_workers"]
+
+
+def start_workers(workers: list[WorkerBackend]) -> list[StartInfo]:
+    """Start several workers at once (one thread each); on any failure close them all and raise."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not workers:
+        return []
+    with ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="fluidpd-start") as pool:
+        futures = [pool.submit(w.start) for w in workers]
+        errors = [f.exception() for f in futures]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        for w in workers:
+            w.close()
+        raise first
+    return [f.result() for f in futures]

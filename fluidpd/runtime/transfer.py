@@ -1,0 +1,427 @@
+"""Moving a request's KV between workers: `KVHandle`s and `KVTransport`s.
+
+The exporting worker turns the engine's `KVPayload` into a small picklable `KVHandle`
+(`send`), the coordinator forwards the handle, and the importing worker turns it back into a
+`KVPayload` (`receive`) and imports it; `release` frees whatever the handle holds. Exactly one
+`release` per handle ends its life: the importer calls it after the import (success or not), the
+coordinator calls it on the abort path (the handle will never be imported). It is idempotent.
+
+Transports:
+  * `SharedMemoryTransport` ("shm", one host, across processes): `send` writes the payload's
+    stacked `blocks` tensor into a fresh POSIX shared-memory segment (one memcpy); `receive`
+    maps the segment and wraps it zero-copy (a tensor over the mapping, via numpy so that the
+    mapping outlives every view: `torch.frombuffer` does not pin it, and unmapping under a live
+    view would crash); the engine's import is then the only copy on that side; `release`
+    unlinks the segment. Optionally (`pool_bytes`) the exporter reuses a pool of segments
+    instead: no fresh pages per transfer; `release` then marks the segment free.
+  * `LocalTransport` ("local", one process): the handle carries the payload itself.
+A multi-node transport (RDMA, TCP) implements the same three calls with its own handle kind.
+
+Segments are named `fpkv_<pid>_<n>_<random>` under /dev/shm. A one-shot handle that is neither
+imported nor released keeps its segment until the multiprocessing resource tracker cleans it up when the
+program ends (with a "leaked shared_memory" warning).
+"""
+from __future__ import annotations
+
+import atexit
+import itertools
+import mmap
+import os
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from multiprocessing import shared_memory
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from fluidpd.engine.kv_transfer import KVLayout, KVPayload
+
+SHM_PREFIX = "fpkv_"
+SHM_DIR = "/dev/shm"
+HEADER = 64                  # bytes before the blocks in a pooled segment
+POOL_ROUND = 1 << 20        # pooled segment capacities are whole MiB
+_RECV_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+
+
+@dataclass
+class KVHandle:
+    """A KV payload in flight: where its blocks are, plus every other field of the KVPayload."""
+
+    transport: str                        # "shm" | "local" | another transport's name
+    request_id: str
+    token_ids: list[int]
+    prompt_len: int
+    num_computed: int
+    layout: KVLayout
+    params: Any                           # fluidpd.engine.SamplingParams
+    shape: tuple[int, ...]                # of the stacked blocks tensor
+    dtype: str                            # torch dtype name, e.g. "float32"
+    nbytes: int
+    name: str | None = None               # shm segment name (None when there are no blocks)
+    offset: int = 0                       # of the blocks in the segment
+    generation: int = 0                   # pooled segment: its generation for this handle (0: one-shot)
+    generator_state: torch.Tensor | None = None
+    logprobs: list | None = None
+    num_preemptions: int = 0
+    meta: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)   # seconds: "export_s" (engine), "send_s" (transport)
+    payload: KVPayload | None = field(default=None, repr=False)   # LocalTransport only
+
+    @property
+    def num_blocks(self) -> int:
+        return self.shape[0] if self.shape else 0
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.prompt_len:]
+
+
+class KVTransport(Protocol):
+    name: str
+
+    def send(self, payload: KVPayload) -> KVHandle:
+        """Make `payload` available to another worker; the handle is small and picklable."""
+
+    def receive(self, handle: KVHandle) -> KVPayload:
+        """The payload behind `handle` (its blocks may view transport memory until `release`)."""
+
+    def release(self, handle: KVHandle) -> None:
+        """Free what `handle` holds; idempotent; safe to call whether or not it was received."""
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"unknown torch dtype {name!r} in KV handle")
+    return dt
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def _handle(p: KVPayload, transport: str, **kw: Any) -> KVHandle:
+    b = p.blocks
+    return KVHandle(
+        transport=transport, request_id=p.request_id, token_ids=list(p.token_ids),
+        prompt_len=p.prompt_len, num_computed=p.num_computed, layout=p.layout,
+        params=p.params, shape=tuple(b.shape), dtype=_dtype_name(b.dtype), nbytes=p.nbytes,
+        generator_state=p.generator_state, logprobs=p.logprobs,
+        num_preemptions=p.num_preemptions, meta=dict(p.meta), **kw)
+
+
+def _payload(handle: KVHandle, blocks: torch.Tensor) -> KVPayload:
+    return KVPayload(
+        request_id=handle.request_id, token_ids=list(handle.token_ids), prompt_len=handle.prompt_len,
+        num_computed=handle.num_computed, blocks=blocks, layout=handle.layout, params=handle.params,
+        generator_state=handle.generator_state, logprobs=handle.logprobs,
+        num_preemptions=handle.num_preemptions, meta=dict(handle.meta))
+
+
+class LocalTransport:
+    """Same process: the handle carries the payload (no copy)."""
+
+    name = "local"
+
+    def send(self, payload: KVPayload) -> KVHandle:
+        return _handle(payload, self.name, payload=payload)
+
+    def receive(self, handle: KVHandle) -> KVPayload:
+        if handle.payload is None:
+            raise ValueError(f"local KV handle of {handle.request_id!r} carries no payload "
+                             "(already released, or it crossed a process boundary)")
+        return handle.payload
+
+    def release(self, handle: KVHandle) -> None:
+        handle.payload = None
+
+
+class _PoolSegment:
+    """A segment kept by its exporter for reuse: int64 generation at byte 0 (0 = free), data at HEADER."""
+
+    __slots__ = ("shm", "capacity", "header")
+
+    def __init__(self, shm: shared_memory.SharedMemory, capacity: int) -> None:
+        self.shm, self.capacity = shm, capacity
+        self.header = np.frombuffer(shm.buf, dtype=np.int64, count=1)
+
+    def drop(self) -> None:
+        self.header = None
+        _unlink(self.shm)
+
+
+class SharedMemoryTransport:
+    """One host, any processes: KV blocks in POSIX shared memory (/dev/shm).
+
+    One-shot segments (the default): `send` creates a segment per handle, `release` unlinks it.
+    Pooled segments (`pool_bytes` > 0, Linux): the exporter keeps up to `pool_bytes` of segments
+    and reuses them, so a transfer writes into memory that is already faulted in (fresh pages
+    cost several times a memcpy); the handle carries the segment's generation, `release` marks
+    the segment free again (if it still holds that generation) instead of unlinking it, and
+    importers keep their mappings of pooled segments (up to `max_cached_maps`). The pool's
+    segments are unlinked by `close()` (the worker calls it on shutdown; also at exit).
+
+    Memory safety: every tensor over a segment is built through numpy on the mapping, so the
+    mapping lives as long as the last tensor viewing it; nothing is ever unmapped under a live
+    view. On Linux a received segment is mapped straight from /dev/shm."""
+
+    name = "shm"
+
+    def __init__(self, pool_bytes: int = 0, max_cached_maps: int = 16) -> None:
+        if pool_bytes < 0:
+            raise ValueError(f"pool_bytes must be >= 0, got {pool_bytes}")
+        self.pool_bytes = pool_bytes if os.path.isdir(SHM_DIR) else 0
+        self.max_cached_maps = max_cached_maps
+        self._pool: list[_PoolSegment] = []
+        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()       # pooled segments received here
+        self._attached: dict[str, shared_memory.SharedMemory] = {}   # non-Linux: segments received here
+        self._lock = threading.Lock()
+        self._seq = itertools.count()
+        self._gen = itertools.count(1)
+        self._atexit = False
+
+    def _new_name(self) -> str:
+        return f"{SHM_PREFIX}{os.getpid()}_{next(self._seq)}_{secrets.token_hex(4)}"
+
+    # ------------------------------------------------------------------ send
+    def send(self, payload: KVPayload) -> KVHandle:
+        t0 = time.perf_counter()
+        src = payload.blocks
+        if src.device.type != "cpu":
+            src = src.cpu()
+        nbytes = src.numel() * src.element_size()
+        if nbytes == 0:
+            return _handle(payload, self.name, timings={"send_s": time.perf_counter() - t0})
+        seg, gen = self._acquire(nbytes) if self.pool_bytes else (None, 0)
+        if seg is not None:
+            try:
+                _view(seg.shm.buf, nbytes, src.dtype, tuple(src.shape), HEADER).copy_(src)
+            except BaseException:
+                seg.header[0] = 0
+                raise
+            return _handle(payload, self.name, name=seg.shm.name, offset=HEADER, generation=gen,
+                           timings={"send_s": time.perf_counter() - t0})
+        shm = shared_memory.SharedMemory(name=self._new_name(), create=True, size=nbytes)
+        try:
+            _view(shm.buf, nbytes, src.dtype, tuple(src.shape)).copy_(src)   # the one memcpy
+        except BaseException:
+            _unlink(shm)
+            raise
+        name = shm.name
+        _close(shm)
+        return _handle(payload, self.name, name=name, timings={"send_s": time.perf_counter() - t0})
+
+    def _acquire(self, nbytes: int) -> tuple[_PoolSegment | None, int]:
+        """A free pooled segment of at least `nbytes` (made or reused), marked busy; (None, 0) if
+        the pool cannot hold it."""
+        with self._lock:
+            free = [s for s in self._pool if int(s.header[0]) == 0]
+            fit = [s for s in free if s.capacity >= nbytes]
+            if fit:
+                seg = min(fit, key=lambda s: s.capacity)
+            else:
+                cap = -(-nbytes // POOL_ROUND) * POOL_ROUND
+                used = sum(s.capacity for s in self._pool)
+                for s in sorted(free, key=lambda s: s.capacity):      # make room: drop free small ones
+                    if used + cap <= self.pool_bytes:
+                        break
+                    self._pool.remove(s)
+                    s.drop()
+                    used -= s.capacity
+                if used + cap > self.pool_bytes:
+                    return None, 0
+                seg = _PoolSegment(shared_memory.SharedMemory(name=self._new_name(), create=True,
+                                                              size=HEADER + cap), cap)
+                self._pool.append(seg)
+                if not self._atexit:
+                    atexit.register(self.close)
+                    self._atexit = True
+            gen = next(self._gen)
+            seg.header[0] = gen
+            return seg, gen
+
+    # ------------------------------------------------------------------ receive
+    def receive(self, handle: KVHandle) -> KVPayload:
+        self._check(handle)
+        dtype = _torch_dtype(handle.dtype)
+        if handle.name is None:
+            return _payload(handle, torch.empty(handle.shape, dtype=dtype))
+        if handle.generation:
+            buf = self._pooled_map(handle.name)
+            _check_size(handle, len(buf) - handle.offset)
+            gen = int(np.frombuffer(buf, dtype=np.int64, count=1)[0])
+            if gen != handle.generation:
+                raise ValueError(f"stale KV handle for {handle.request_id!r}: segment {handle.name!r} "
+                                 f"now holds generation {gen}, the handle {handle.generation} (released twice?)")
+        elif os.path.isdir(SHM_DIR):
+            fd = os.open(os.path.join(SHM_DIR, handle.name), os.O_RDWR)
+            try:
+                _check_size(handle, os.fstat(fd).st_size)
+                buf = mmap.mmap(fd, handle.nbytes, flags=_RECV_FLAGS)   # populate: map all pages at once
+            finally:
+                os.close(fd)
+        else:
+            seg = shared_memory.SharedMemory(name=handle.name, create=False)
+            with self._lock:
+                self._attached[handle.name] = seg
+            _check_size(handle, seg.size)
+            buf = seg.buf
+        return _payload(handle, _view(buf, handle.nbytes, dtype, handle.shape, handle.offset))
+
+    def _pooled_map(self, name: str) -> mmap.mmap:
+        with self._lock:
+            buf = self._maps.get(name)
+            if buf is not None:
+                self._maps.move_to_end(name)
+                return buf
+        buf = _map(name, populate=True)
+        with self._lock:
+            self._maps[name] = buf
+            while len(self._maps) > self.max_cached_maps:     # views keep an evicted mapping alive
+                self._maps.popitem(last=False)
+        return buf
+
+    # ------------------------------------------------------------------ release
+    def release(self, handle: KVHandle) -> None:
+        self._check(handle)
+        if handle.name is None:
+            return
+        if handle.generation:
+            with self._lock:
+                buf = self._maps.get(handle.name)
+            if buf is None:
+                try:
+                    buf = _map(handle.name, length=HEADER)
+                except FileNotFoundError:
+                    return      # its owner is gone (and unlinked it)
+            header = np.frombuffer(buf, dtype=np.int64, count=1)
+            if int(header[0]) == handle.generation:
+                header[0] = 0
+            return
+        with self._lock:
+            seg = self._attached.pop(handle.name, None)
+        if seg is None:
+            try:
+                seg = shared_memory.SharedMemory(name=handle.name, create=False)
+            except FileNotFoundError:
+                return          # already released
+        _unlink(seg)
+
+    def _check(self, handle: KVHandle) -> None:
+        if handle.transport != self.name:
+            raise ValueError(f"a {handle.transport!r} KV handle given to the {self.name!r} transport")
+
+    # ------------------------------------------------------------------ lifetime
+    def pool_segments(self) -> list[tuple[str, int, bool]]:
+        """(name, capacity, busy) of this process's pooled segments."""
+        with self._lock:
+            return [(s.shm.name, s.capacity, int(s.header[0]) != 0) for s in self._pool]
+
+    def open_segments(self) -> list[str]:
+        """Segments this process attached through SharedMemory and has not released (non-Linux)."""
+        with self._lock:
+            return list(self._attached)
+
+    def close(self) -> None:
+        """Unlink this process's pooled segments and drop cached mappings; idempotent."""
+        with self._lock:
+            pool, self._pool = self._pool, []
+            self._maps.clear()
+        for s in pool:
+            s.drop()
+
+
+def _map(name: str, length: int = 0, populate: bool = False) -> mmap.mmap:
+    fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        return mmap.mmap(fd, min(length, size) if length else size,
+                         flags=_RECV_FLAGS if populate else mmap.MAP_SHARED)
+    finally:
+        os.close(fd)
+
+
+def _check_size(handle: KVHandle, size: int) -> None:
+    if size < handle.nbytes:
+        raise ValueError(f"shared-memory segment {handle.name!r} holds {size} bytes, the KV handle says {handle.nbytes}")
+
+
+def _view(buf, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...], offset: int = 0) -> torch.Tensor:
+    """A zero-copy tensor over `buf` that keeps `buf` exported (hence mapped) while it lives."""
+    arr = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=offset)
+    return torch.from_numpy(arr).view(dtype).view(shape)
+
+
+def _unlink(seg: shared_memory.SharedMemory) -> None:
+    """Unlink (the name goes away at once), then close the mapping if nothing views it."""
+    try:
+        seg.unlink()
+    except FileNotFoundError:
+        pass
+    _close(seg)
+
+
+def _close(seg: shared_memory.SharedMemory) -> None:
+    try:
+        seg.close()
+    except BufferError:
+        # a tensor still views the mapping (e.g. one held by a traceback): leave it mapped, the
+        # name is already gone so nothing leaks in /dev/shm; it is unmapped when the views die
+        pass
+
+
+_TRANSPORTS: dict[str, KVTransport] = {}
+_TRANSPORTS_LOCK = threading.Lock()
+TRANSPORT_CLASSES: dict[str, type] = {"shm": SharedMemoryTransport, "local": LocalTransport}
+
+
+def get_transport(name: str) -> KVTransport:
+    """This process's transport of that kind (one instance per process and kind)."""
+    with _TRANSPORTS_LOCK:
+        t = _TRANSPORTS.get(name)
+        if t is None:
+            cls = TRANSPORT_CLASSES.get(name)
+            if cls is None:
+                raise ValueError(f"unknown KV transport {name!r}: known {sorted(TRANSPORT_CLASSES)}")
+            t = _TRANSPORTS[name] = cls()
+        return t
+
+
+def configure_transport(name: str, **kwargs: Any) -> KVTransport:
+    """Replace this process's transport of that kind by one built with `kwargs` (the old one is
+    closed), e.g. configure_transport("shm", pool_bytes=512 << 20)."""
+    cls = TRANSPORT_CLASSES.get(name)
+    if cls is None:
+        raise ValueError(f"unknown KV transport {name!r}: known {sorted(TRANSPORT_CLASSES)}")
+    t = cls(**kwargs)
+    with _TRANSPORTS_LOCK:
+        old, _TRANSPORTS[name] = _TRANSPORTS.get(name), t
+    if old is not None and hasattr(old, "close"):
+        old.close()
+    return t
+
+
+def release(handle: KVHandle) -> None:
+    """Free a handle that will not be imported (the coordinator's abort path); idempotent."""
+    get_transport(handle.transport).release(handle)
+
+
+def segment_generation(name: str) -> int:
+    """A pooled segment's current generation (0: free); FileNotFoundError once unlinked."""
+    buf = _map(name, length=HEADER)
+    try:
+        return int(np.frombuffer(buf, dtype=np.int64, count=1)[0])
+    finally:
+        buf.close()
+
+
+def leftover_segments(pid: int | None = None) -> list[str]:
+    """Names of KV segments now in /dev/shm (of one creator pid, or all): for leak checks."""
+    if not os.path.isdir(SHM_DIR):
+        return []
+    prefix = SHM_PREFIX if pid is None else f"{SHM_PREFIX}{pid}_"
+    return sorted(n for n in os.listdir(SHM_DIR) if n.startswith(prefix))

@@ -1,0 +1,161 @@
+"""Prometheus metrics of the OpenAI server, in a `fluidpd:` namespace shaped like vLLM's.
+
+Measured by the server itself, per request, at the HTTP layer:
+    fluidpd:time_to_first_token_seconds   histogram: request accepted -> first token event
+    fluidpd:inter_token_latency_seconds   histogram: every gap between token events
+    fluidpd:e2e_request_latency_seconds   histogram: request accepted -> last event
+    fluidpd:prompt_tokens_total, fluidpd:generation_tokens_total         counters
+    fluidpd:request_success_total{finish_reason}                          counter
+Read from the runtime at scrape time (`runtime.metrics_snapshot()`):
+    fluidpd:num_requests_running, fluidpd:num_requests_waiting            gauges
+    fluidpd:kv_cache_usage_perc{worker}    gauge, fraction of the worker's KV blocks in use (0..1)
+    fluidpd:prefill_pressure_index, fluidpd:decode_pressure_index         gauges
+    fluidpd:worker_role{worker, role}      gauge: 1 for the worker's current role, 0 for the others
+    fluidpd:role_transitions_total         counter
+
+The snapshot contract (every key optional; a missing one is not exported):
+    {"num_requests_running": int, "num_requests_waiting": int,
+     "prefill_pressure_index": float, "decode_pressure_index": float,
+     "role_transitions_total": int,
+     "workers": [{"id": int, "role": "prefill" | "decode" | "colocated" | ..., "kv_cache_usage_perc": float}]}
+or, instead of "workers", the dict form {"kv_cache_usage": {id: fraction}, "worker_role": {id: role}}.
+"""
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+log = logging.getLogger("fluidpd.server.metrics")
+
+NS = "fluidpd:"
+ROLES = ("prefill", "decode", "colocated")
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+               7.5, 10.0, 20.0, 40.0, 80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+               240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class _RuntimeCollector:
+    """Gauges (and the role-transition counter) read from the runtime at scrape time."""
+
+    def __init__(self, runtime, model_name: str) -> None:
+        self.runtime, self.model = runtime, model_name
+
+    def describe(self):
+        return []   # no scrape at registration time
+
+    def collect(self):
+        try:
+            snap = self.runtime.metrics_snapshot() or {}
+        except Exception:  # noqa: BLE001 - a scrape must not fail because the runtime did
+            log.exception("metrics_snapshot failed")
+            snap = {}
+        m = self.model
+        for key, doc in (("num_requests_running", "Requests holding KV and being computed."),
+                         ("num_requests_waiting", "Requests queued, not yet running."),
+                         ("prefill_pressure_index", "FluidPD prefill pressure index (PPI)."),
+                         ("decode_pressure_index", "FluidPD decode pressure index (DPI).")):
+            if key in snap and snap[key] is not None:
+                g = GaugeMetricFamily(NS + key, doc, labels=["model_name"])
+                g.add_metric([m], float(snap[key]))
+                yield g
+        workers = _workers(snap)
+        kv = GaugeMetricFamily(NS + "kv_cache_usage_perc", "Fraction of the worker's KV blocks in use (0..1).",
+                               labels=["model_name", "worker"])
+        role = GaugeMetricFamily(NS + "worker_role", "1 for the worker's current role, 0 for the others.",
+                                 labels=["model_name", "worker", "role"])
+        for w in workers:
+            wid = str(w.get("id"))
+            if w.get("kv_cache_usage_perc") is not None:
+                kv.add_metric([m, wid], float(w["kv_cache_usage_perc"]))
+            current = w.get("role")
+            current = str(getattr(current, "value", current) or "")
+            for r in ROLES + ((current,) if current and current not in ROLES else ()):
+                role.add_metric([m, wid, r], 1.0 if r == current else 0.0)
+        if workers:
+            yield kv
+            yield role
+        if snap.get("role_transitions_total") is not None:
+            c = CounterMetricFamily(NS + "role_transitions", "Completed worker role transitions.",
+                                    labels=["model_name"])
+            c.add_metric([m], float(snap["role_transitions_total"]))
+            yield c
+
+
+def _workers(snap: dict) -> list[dict]:
+    """Per-worker entries: snap["workers"], or the dict form {"kv_cache_usage": {id: frac},
+    "worker_role": {id: role}}."""
+    if snap.get("workers"):
+        return list(snap["workers"])
+    kv, roles = snap.get("kv_cache_usage") or {}, snap.get("worker_role") or {}
+    return [{"id": wid, "role": roles.get(wid), "kv_cache_usage_perc": kv.get(wid)}
+            for wid in sorted(set(kv) | set(roles), key=str)]
+
+
+class ServerMetrics:
+    """All metric objects of one app, in their own registry (several apps may live in one process)."""
+
+    def __init__(self, runtime, model_name: str) -> None:
+        self.model_name = model_name
+        self.registry = reg = CollectorRegistry()
+        labels = ["model_name"]
+        self.ttft = Histogram(NS + "time_to_first_token_seconds", "Time to first token (server side).",
+                              labels, buckets=TTFT_BUCKETS, registry=reg).labels(model_name)
+        self.itl = Histogram(NS + "inter_token_latency_seconds", "Gap between streamed tokens (server side).",
+                             labels, buckets=ITL_BUCKETS, registry=reg).labels(model_name)
+        self.e2e = Histogram(NS + "e2e_request_latency_seconds", "Request latency, accepted to last token.",
+                             labels, buckets=E2E_BUCKETS, registry=reg).labels(model_name)
+        self.prompt_tokens = Counter(NS + "prompt_tokens", "Prompt tokens of accepted requests.", labels,
+                                     registry=reg).labels(model_name)
+        self.generation_tokens = Counter(NS + "generation_tokens", "Generated tokens.", labels,
+                                         registry=reg).labels(model_name)
+        self._success = Counter(NS + "request_success", "Finished requests by finish reason.",
+                                ["model_name", "finish_reason"], registry=reg)
+        reg.register(_RuntimeCollector(runtime, model_name))
+
+    def request(self, accepted_s: float, prompt_tokens: int) -> "RequestTimer":
+        self.prompt_tokens.inc(prompt_tokens)
+        return RequestTimer(self, accepted_s)
+
+    def finished(self, reason: str) -> None:
+        self._success.labels(self.model_name, reason).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class RequestTimer:
+    """One request's latencies as the HTTP layer sees them (perf_counter seconds)."""
+
+    def __init__(self, metrics: ServerMetrics, accepted_s: float) -> None:
+        self.m, self.accepted_s = metrics, accepted_s
+        self.first_s: float | None = None
+        self.last_s: float | None = None
+        self.tokens = 0
+        self.done = False
+
+    def on_tokens(self, n: int, now: float) -> None:
+        """`n` tokens arrived together at `now`: one gap (the rest of the event arrived with it)."""
+        if n <= 0:
+            return
+        if self.first_s is None:
+            self.first_s = now
+            self.m.ttft.observe(now - self.accepted_s)
+        else:
+            self.m.itl.observe(now - self.last_s)
+        for _ in range(n - 1):
+            self.m.itl.observe(0.0)
+        self.last_s = now
+        self.tokens += n
+        self.m.generation_tokens.inc(n)
+
+    def finish(self, reason: str, now: float) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.m.e2e.observe(now - self.accepted_s)
+        self.m.finished(reason)

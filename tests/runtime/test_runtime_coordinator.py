@@ -1,0 +1,113 @@
+"""The serving runtime end to end: the shared policies drive real engines on the wall clock."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from fluidpd.engine.config import EngineConfig
+from fluidpd.engine.engine import LLMEngine, load_model
+from fluidpd.engine.sampling import SamplingParams
+from fluidpd.runtime.api import GenerationRequest
+from fluidpd.runtime.build import build_coordinator
+from fluidpd.runtime.coordinator import RuntimeConfig
+
+torch.set_num_threads(1)
+
+PROMPTS = ["The capital of France is", "Write a haiku about the sea.\nThe waves",
+           "Paged attention keeps keys and values in fixed-size blocks. In short,",
+           "def fibonacci(n):", "Once upon a time, in a small village by the river,"]
+CONFIG = EngineConfig(num_kv_blocks=192, max_model_len=1024, max_num_seqs=16)
+CACHE: dict = {}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Greedy outputs of one plain engine: what every policy must reproduce token for token."""
+    model, tok = load_model(CONFIG)
+    engine = LLMEngine(CONFIG, model=model, tokenizer=tok)
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    ids = [tok.encode(p) for p in PROMPTS]
+    outs = engine.generate(ids, params)
+    from fluidpd.runtime.profile import profile_engine
+
+    CACHE["profile"] = profile_engine(engine, lengths=(16, 64, 256), repeats=2)
+    return tok, ids, [o.token_ids for o in outs]
+
+
+def coordinator(policy, workers, **kw):
+    return build_coordinator(CONFIG, RuntimeConfig(policy=policy, prefill_workers=1, **kw), workers,
+                             backend="inprocess", log=lambda m: None, profile=CACHE["profile"])
+
+
+async def serve(coord, ids, max_tokens=12, hook=None):
+    await coord.start()
+    try:
+        streams = [coord.submit(GenerationRequest(f"r{i}", p, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+                   for i, p in enumerate(ids)]
+        if hook:
+            await hook(coord)
+
+        async def collect(s):
+            toks, reason = [], None
+            async for ev in s:
+                toks += ev.token_ids
+                reason = ev.finish_reason or reason
+            return toks, reason
+
+        return await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), timeout=300)
+    finally:
+        state = coord.cluster_state()
+        await coord.stop()
+        serve.last_state = state
+
+
+@pytest.mark.parametrize("policy,workers", [("colocated", 2), ("static-pd", 2), ("fluidpd", 3)])
+def test_every_policy_serves_the_same_greedy_tokens(reference, policy, workers):
+    tok, ids, expected = reference
+    coord = coordinator(policy, workers, tbt_slo_s=0.5)
+    results = asyncio.run(serve(coord, ids))
+    assert [t for t, _ in results] == expected
+    assert all(r == "length" for _, r in results)
+    state = serve.last_state
+    assert state["policy"] == policy and state["outstanding"] == 0
+    assert all(w["kv_blocks_used"] == 0 and w["queue"] == 0 and w["decoding"] == 0 for w in state["workers"])
+    for b in coord.backends:
+        assert b.engine is None or b.engine.stats().num_used_blocks == 0
+
+
+def test_forced_fluidrole_switch_under_load_loses_no_token(reference):
+    tok, ids, expected = reference
+    coord = coordinator("fluidpd", 3, tbt_slo_s=0.5)
+
+    async def switch(c):
+        await asyncio.sleep(0.3)
+        c.force_role(1, "prefill")
+        with pytest.raises(ValueError):
+            c.force_role(1, "colocated")
+
+    results = asyncio.run(serve(coord, ids * 2, max_tokens=12, hook=switch))
+    assert [t for t, _ in results] == expected * 2
+    (t,) = serve.last_state["transitions"]
+    assert t["done"] and t["to"] == "prefill" and set(t["durations_s"]) == {"drain", "remap", "dispatch", "route"}
+    assert serve.last_state["workers"][1]["role"] == "prefill"
+
+
+def test_bad_requests_are_refused_with_a_clear_error(reference):
+    tok, ids, _ = reference
+    coord = coordinator("static-pd", 2)
+
+    async def go():
+        await coord.start()
+        try:
+            with pytest.raises(ValueError, match="context length"):
+                coord.submit(GenerationRequest("x", [1] * 1000, SamplingParams(max_tokens=100)))
+            with pytest.raises(ValueError, match="empty"):
+                coord.submit(GenerationRequest("y", [], SamplingParams(max_tokens=4)))
+            with pytest.raises(ValueError, match="no role transitions"):
+                coord.force_role(0, "decode")
+        finally:
+            await coord.stop()
+
+    asyncio.run(go())

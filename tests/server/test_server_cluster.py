@@ -1,0 +1,61 @@
+"""The OpenAI server over the multi-worker runtime (fluidpd policy, 3 workers), with the admin API."""
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from fluidpd.engine.config import EngineConfig
+from fluidpd.runtime.build import build_coordinator
+from fluidpd.runtime.coordinator import RuntimeConfig
+
+
+@pytest.fixture(scope="module")
+def cluster_server():
+    import torch
+
+    from fluidpd.server import BackgroundServer, build_app
+
+    torch.set_num_threads(1)
+    config = EngineConfig(model="smollm2", max_model_len=512, num_kv_blocks=128, max_num_seqs=16)
+    coord = build_coordinator(config, RuntimeConfig(policy="fluidpd", prefill_workers=1, ttft_slo_s=5.0,
+                                                    tbt_slo_s=0.5), 3, backend="inprocess", log=lambda m: None)
+    coord.model_aliases = ("smollm2",)
+    with BackgroundServer(build_app(coord)) as srv:
+        srv.runtime = coord
+        yield srv
+
+
+def test_completions_stream_and_not_through_the_cluster(cluster_server):
+    import openai
+
+    c = openai.OpenAI(base_url=cluster_server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    out = c.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=8, temperature=0)
+    assert "Paris" in out.choices[0].text and out.usage.completion_tokens == 8
+    chunks = list(c.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=8,
+                                       temperature=0, stream=True))
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == out.choices[0].text
+
+
+def test_admin_cluster_state_and_forced_role_switch(cluster_server):
+    base = cluster_server.url
+    state = httpx.get(f"{base}/v1/admin/cluster", timeout=30).json()
+    assert state["policy"] == "fluidpd" and len(state["workers"]) == 3
+    assert [w["role"] for w in state["workers"]] == ["prefill", "decode", "decode"]
+    r = httpx.post(f"{base}/v1/admin/workers/2/role", json={"role": "prefill"}, timeout=30)
+    assert r.status_code == 200, r.text
+    for wid, body in ((1, {"role": "sideways"}), (99, {"role": "decode"})):
+        bad = httpx.post(f"{base}/v1/admin/workers/{wid}/role", json=body, timeout=30)
+        assert bad.status_code in (400, 404) and "error" in bad.json()
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        state = httpx.get(f"{base}/v1/admin/cluster", timeout=30).json()
+        if state["transitions"] and state["transitions"][-1]["done"]:
+            break
+        time.sleep(0.2)
+    t = state["transitions"][-1]
+    assert t["done"] and t["worker"] == 2 and t["to"] == "prefill" and t["reason"] == "admin"
+    assert state["workers"][2]["role"] == "prefill"
+    metrics = httpx.get(f"{base}/metrics", timeout=30).text
+    assert "fluidpd:worker_role" in metrics and "fluidpd:prefill_pressure_index" in metrics

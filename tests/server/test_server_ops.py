@@ -1,0 +1,129 @@
+"""Metrics, admin, health, validation errors, disconnects and engine failures over HTTP."""
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+import openai
+import pytest
+
+NAMES = ["fluidpd:time_to_first_token_seconds", "fluidpd:inter_token_latency_seconds",
+         "fluidpd:e2e_request_latency_seconds", "fluidpd:num_requests_running", "fluidpd:num_requests_waiting",
+         "fluidpd:kv_cache_usage_perc", "fluidpd:prefill_pressure_index", "fluidpd:decode_pressure_index",
+         "fluidpd:worker_role", "fluidpd:role_transitions_total", "fluidpd:prompt_tokens_total",
+         "fluidpd:generation_tokens_total", "fluidpd:request_success_total"]
+
+
+def _metric(text: str, name: str, labels: str = "") -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if labels and labels not in line:
+                continue
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _idle(runtime, timeout_s: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        snap = runtime.metrics_snapshot()
+        if (snap["num_requests_running"], snap["num_requests_waiting"]) == (0, 0) or time.monotonic() > deadline:
+            return snap
+        time.sleep(0.05)
+
+
+def test_health(served):
+    assert httpx.get(served.url + "/health").status_code == 200
+
+
+def test_metrics_names_and_ttft_count_grows(served, client, model):
+    before = httpx.get(served.url + "/metrics").text
+    client.completions.create(model=model, prompt="Hello", max_tokens=3, temperature=0,
+                              extra_body={"ignore_eos": True})
+    after = httpx.get(served.url + "/metrics").text
+    for name in NAMES:
+        assert re.search(rf"^{re.escape(name)}(_bucket|_count|_sum)?[{{ ]", after, re.M), name
+    count = "fluidpd:time_to_first_token_seconds_count"
+    assert _metric(after, count) == _metric(before, count) + 1
+    assert _metric(after, "fluidpd:generation_tokens_total") >= _metric(before, "fluidpd:generation_tokens_total") + 3
+    assert _metric(after, "fluidpd:request_success_total", 'finish_reason="length"') >= 1
+    assert 'role="colocated"' in after and 'worker="0"' in after
+
+
+def test_admin_cluster_and_role_switch(served):
+    state = httpx.get(served.url + "/v1/admin/cluster").json()
+    assert {"workers", "policy"} <= set(state)
+    assert state["workers"] and {"id", "role"} <= set(state["workers"][0])
+    if state["policy"] == "colocated" and len(state["workers"]) == 1:
+        r = httpx.post(served.url + "/v1/admin/workers/0/role", json={"role": "decode"})
+        assert r.status_code == 400
+        assert "cannot switch roles" in r.json()["error"]["message"]
+    r = httpx.post(served.url + "/v1/admin/workers/0/role", json={"role": "boss"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "role"
+
+
+def test_schema_errors_are_400_openai_bodies(served, model):
+    r = httpx.post(served.url + "/v1/completions", json={"prompt": "hi", "max_tokens": "many"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == "max_tokens" and err["type"] == "invalid_request_error"
+    r = httpx.post(served.url + "/v1/chat/completions", json={"model": model})
+    assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+    r = httpx.get(served.url + "/v1/nothing")
+    assert r.status_code == 404 and "error" in r.json()
+
+
+def test_tokenize_endpoint(served):
+    r = httpx.post(served.url + "/tokenize", json={"prompt": "The capital of France"}).json()
+    assert r["tokens"] == served.runtime.tokenizer.encode("The capital of France")
+    assert r["count"] == len(r["tokens"]) and r["max_model_len"] == served.runtime.max_model_len
+
+
+def test_stream_disconnect_aborts_the_request(served, model):
+    before = httpx.get(served.url + "/metrics").text
+    body = {"model": model, "prompt": "Tell me a long story.", "max_tokens": 300, "ignore_eos": True,
+            "stream": True}
+    with httpx.Client(timeout=60) as http:
+        with http.stream("POST", served.url + "/v1/completions", json=body) as resp:
+            assert resp.status_code == 200
+            seen = 0
+            for line in resp.iter_lines():
+                if line.startswith("data:"):
+                    seen += 1
+                    if seen == 2:
+                        break
+    snap = _idle(served.runtime)
+    assert (snap["num_requests_running"], snap["num_requests_waiting"]) == (0, 0)
+    after = httpx.get(served.url + "/metrics").text
+    key = ("fluidpd:request_success_total", 'finish_reason="abort"')
+    assert _metric(after, *key) == _metric(before, *key) + 1
+
+
+def test_non_stream_disconnect_aborts_the_request(served, model):
+    body = {"model": model, "prompt": "Tell me a long story.", "max_tokens": 300, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(served.url + "/v1/completions", json=body, timeout=1.5)
+    snap = _idle(served.runtime)
+    assert (snap["num_requests_running"], snap["num_requests_waiting"]) == (0, 0)
+
+
+def test_engine_failure_fails_requests_visibly(served, client, monkeypatch, model):
+    engine = getattr(served.runtime, "engine", None)
+    if engine is None:
+        pytest.skip("not a LocalRuntime")
+
+    def broken_step():
+        raise RuntimeError("simulated device fault")
+
+    monkeypatch.setattr(engine, "step", broken_step)
+    with pytest.raises(openai.InternalServerError) as err:
+        client.completions.create(model=model, prompt="hi", max_tokens=2)
+    assert "simulated device fault" in err.value.body["message"]
+    with pytest.raises(openai.APIError, match="simulated device fault"):
+        for _ in client.completions.create(model=model, prompt="hi", max_tokens=2, stream=True):
+            pass
+    monkeypatch.undo()
+    r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=3, temperature=0)
+    assert r.choices[0].text       # the runtime serves again
