@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test venv clean
+.PHONY: run simulate test venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,9 +17,13 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
+	$(BIN)/fluidpd serve --model smollm2 --workers 4 --prefill-workers 1 --policy fluidpd \
+	  --ttft-slo 5 --tbt-slo 0.5 --host 127.0.0.1 --port 8000
+
+simulate: $(STAMP)
 	$(BIN)/fluidpd simulate --trace azure_conv --model llama-3.3-70b --dtype fp8 --gpu h100 \
-	  --workers 8 --prefill-workers 2 --policy colocated,chunked,static-pd \
-	  --ttft-slo 1.0 --tbt-slo 0.04 --rate-scale 1.5 --duration 600
+	  --workers 8 --prefill-workers 2 --policy colocated,chunked,static-pd,fluidtoken,fluidpd \
+	  --ttft-slo 2.0 --tbt-slo 0.04 --rate-scale 1.5 --duration 600
 
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "slow or not slow"
