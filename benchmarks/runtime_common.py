@@ -1,0 +1,43 @@
+"""Shared by the runtime benchmarks: a coordinator over real engine workers, and timed streams."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import torch
+
+from fluidpd.engine.config import EngineConfig
+from fluidpd.engine.sampling import SamplingParams
+from fluidpd.runtime.api import GenerationRequest
+from fluidpd.runtime.build import build_coordinator
+from fluidpd.runtime.coordinator import RuntimeConfig
+
+torch.set_num_threads(1)
+CONFIG = EngineConfig(num_kv_blocks=512, max_model_len=2048, max_num_seqs=32)
+
+
+def coordinator(policy: str, workers: int, backend: str = "process", profile=None, **runtime_kw):
+    return build_coordinator(CONFIG, RuntimeConfig(policy=policy, **runtime_kw), workers, backend=backend,
+                             log=lambda m: None, profile=profile)
+
+
+def prompt(n: int, seed: int = 0) -> list[int]:
+    return [1000 + (seed * 7919 + i * 104729) % 40000 for i in range(n)]
+
+
+async def timed(coord, rid: str, ids: list[int], max_tokens: int) -> dict:
+    """Submit one request and record its arrival, first token and every later token time."""
+    t0 = time.perf_counter()
+    stream = coord.submit(GenerationRequest(rid, ids, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+    times = []
+    async for ev in stream:
+        times += [time.perf_counter()] * len(ev.token_ids)
+    return {"id": rid, "arrival": t0, "times": times, "ttft": times[0] - t0 if times else float("nan"),
+            "gaps": [b - a for a, b in zip(times, times[1:])]}
+
+
+def percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
