@@ -39,14 +39,14 @@ class FluidTokenConfig:
     split_min_tokens: int = 2048      # prompts this long spread over several decode workers
     max_split: int = 4                # at most this many pieces
     guard_factor: float = 1.5         # delta_guard = factor x p99.9 of measured jitter
-    guard_default_s: float = 0.004    # until enough steps are measured (the seed: 2-3 ms on H100)
+    guard_default_s: float | None = None  # until enough steps are measured: 10% of SLO_TBT (4 ms at 40 ms)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_chunk <= self.max_chunk or self.borrowed_per_worker < 1:
             raise ValueError("need 1 <= min_chunk <= max_chunk and borrowed_per_worker >= 1")
         if self.max_split < 1 or self.split_min_tokens < 2:
             raise ValueError("max_split must be >= 1 and split_min_tokens >= 2")
-        if self.guard_factor <= 0 or self.guard_default_s < 0:
+        if self.guard_factor <= 0 or (self.guard_default_s is not None and self.guard_default_s < 0):
             raise ValueError("guard_factor must be > 0 and guard_default_s >= 0")
 
 
@@ -66,7 +66,8 @@ class FluidToken:
         t = self.jitter.get(wid)
         if t is None:
             c = self.config
-            t = self.jitter[wid] = JitterTracker(factor=c.guard_factor, default_s=c.guard_default_s)
+            default = c.guard_default_s if c.guard_default_s is not None else 0.1 * self.slo_tbt_s
+            t = self.jitter[wid] = JitterTracker(factor=c.guard_factor, default_s=default)
         return t
 
     def observe(self, w: WorkerView, duration_s: float, plan: StepPlan) -> None:

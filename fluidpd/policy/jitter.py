@@ -16,7 +16,7 @@ class JitterTracker:
     factor: float = 1.5
     quantile: float = 0.999
     default_s: float = 0.003
-    min_samples: int = 100
+    min_samples: int = 32
     refresh: int = 64
     lo_s: float = 1e-6
     buckets_per_decade: int = 40

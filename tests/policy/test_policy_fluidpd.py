@@ -60,7 +60,7 @@ def test_fluidtoken_borrows_within_the_slo_by_its_own_estimate_and_in_simulation
     assert summary["completed"] == len(c.trace)
     assert summary["tbt_decode_p99_s"] <= 0.04
     learned = [t.guard_s for t in pol.token.jitter.values() if t.samples >= t.min_samples]
-    assert learned and all(g != pol.token.config.guard_default_s for g in learned)
+    assert learned and all(g != 0.1 * 0.04 for g in learned)
     borrowed = [r for r in c.metrics.finished if r.borrowed]
     assert borrowed and all(r.generated == r.output_len for r in borrowed)
     assert pol.token.spread > 0, "long prompts should spread over several decode workers"
