@@ -4,18 +4,32 @@
     engine = LLMEngine(EngineConfig(model="smollm2"))
     engine.generate(["The capital of France is"], SamplingParams(max_tokens=16))
 
+Names are imported lazily, so `import fluidpd.engine.cli` (the `fluidpd` command) needs no torch.
 See docs/engine.md.
 """
-from fluidpd.engine.block_manager import NoFreeBlocksError
-from fluidpd.engine.config import EngineConfig
-from fluidpd.engine.engine import (EngineStats, LLMEngine, RequestOutput, ResizeResult, StepOutput,
-                                   StepResult, load_model)
-from fluidpd.engine.kv_transfer import KVLayout, KVPayload
-from fluidpd.engine.plan import PrefillChunk, StepPlan
-from fluidpd.engine.sampling import SamplingParams, TokenLogprob
+from __future__ import annotations
 
-__all__ = [
-    "EngineConfig", "EngineStats", "KVLayout", "KVPayload", "LLMEngine", "NoFreeBlocksError",
-    "PrefillChunk", "RequestOutput", "ResizeResult", "SamplingParams", "StepOutput", "StepPlan",
-    "StepResult", "TokenLogprob", "load_model",
-]
+import importlib
+
+_EXPORTS = {
+    "NoFreeBlocksError": "block_manager",
+    "EngineConfig": "config",
+    "EngineStats": "engine", "LLMEngine": "engine", "RequestOutput": "engine", "ResizeResult": "engine",
+    "StepOutput": "engine", "StepResult": "engine", "load_model": "engine",
+    "KVLayout": "kv_transfer", "KVPayload": "kv_transfer",
+    "PrefillChunk": "plan", "StepPlan": "plan",
+    "SamplingParams": "sampling", "TokenLogprob": "sampling",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"fluidpd.engine.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'fluidpd.engine' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

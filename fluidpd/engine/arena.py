@@ -91,14 +91,16 @@ class KVArena:
         self.kv.index_copy_(0, idx, data.to(device=self.device, dtype=self.dtype))
 
     # ------------------------------------------------------------------ workspace
-    def gather(self, cache: torch.Tensor, block_ids: torch.Tensor, slot: int) -> torch.Tensor:
-        """cache[block_ids] (one layer's K or V pages), written into scratch when it fits.
-
-        `slot` 0 and 1 give K and V separate halves of the workspace."""
-        n = block_ids.numel()
-        shape = (n, *cache.shape[1:])
-        numel = n * self.block_numel // (2 * self.block_shape[0])
+    def workspace(self, shape: tuple[int, ...], slot: int) -> torch.Tensor:
+        """A [shape] buffer for one layer's gathered K (slot 0) or V (slot 1) pages: a view of
+        scratch when both fit (reused by every layer and group, so it stays cache-resident),
+        else a fresh tensor."""
+        numel = math.prod(shape)
         if 2 * numel <= self.scratch.numel():
-            out = self.scratch[slot * numel:(slot + 1) * numel].view(shape)
-            return torch.index_select(cache, 0, block_ids, out=out)
-        return torch.index_select(cache, 0, block_ids)
+            return self.scratch[slot * numel:(slot + 1) * numel].view(shape)
+        return torch.empty(shape, dtype=self.dtype, device=self.device)
+
+    def gather(self, cache: torch.Tensor, block_ids: torch.Tensor, slot: int) -> torch.Tensor:
+        """cache[block_ids] (one layer's K or V pages) written into the workspace."""
+        out = self.workspace((block_ids.numel(), *cache.shape[1:]), slot)
+        return torch.index_select(cache, 0, block_ids, out=out)

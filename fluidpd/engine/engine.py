@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
-from typing import Any, Sequence as Seq
+from dataclasses import dataclass
+from typing import Sequence as Seq
 
 import torch
 
@@ -87,7 +87,6 @@ class EngineStats:
     kv_bytes: int
     scratch_bytes: int
     weight_bytes: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def load_model(config: EngineConfig, checkpoint: Checkpoint | None = None) -> tuple[LlamaModel, Tokenizer | None]:
@@ -308,6 +307,26 @@ class LLMEngine:
         if seq is None:
             raise KeyError(f"no live request {request_id!r} in this engine")
         return seq
+
+    def prompt_logits(self, token_ids: list[int], chunk_sizes: list[int] | None = None) -> torch.Tensor:
+        """Logits [len(token_ids), vocab] at every position, computed through the paged path in
+        chunks of `chunk_sizes` (default: one chunk; a chunk of 1 takes the decode path)."""
+        chunks = list(chunk_sizes or [len(token_ids)])
+        if sum(chunks) != len(token_ids) or min(chunks) < 1:
+            raise ValueError(f"chunk sizes {chunks} do not add up to {len(token_ids)} tokens")
+        rid = self.add_request(list(token_ids), SamplingParams(max_tokens=1))
+        seq = self.seqs[rid]
+        try:
+            self._reserve([(seq, len(token_ids))])
+            out = []
+            for n in chunks:
+                ids, pos, meta, _, _ = self.runner.prepare([(seq, n)])
+                rows = torch.arange(n, device=ids.device)
+                out.append(self.model.forward(ids, pos, meta, self.arena, rows))
+                seq.num_computed += n
+            return torch.cat(out)
+        finally:
+            self._finish(seq, "abort")
 
     # ------------------------------------------------------------------ offline batch
     def generate(self, prompts: Prompt | list[Prompt], params: SamplingParams | Seq[SamplingParams] | None = None,

@@ -37,8 +37,10 @@ class DecodeGroup:
 
     start: int
     end: int
-    block_ids: torch.Tensor     # [B * nb] flattened, padded block tables
-    mask: torch.Tensor          # [B, 1, 1, nb * block_size] additive
+    block_ids: torch.Tensor             # [B * nb] flattened, padded block tables
+    mask: torch.Tensor | None           # [B, 1, 1, nb * block_size] additive (None: one sequence)
+    ctx_len: int = 0                    # one sequence: its context length
+    buffers: tuple | None = None        # gather destinations + SDPA views, made at the first layer
 
 
 @dataclass
@@ -130,15 +132,25 @@ class DecoderLayer:
 
     def _decode(self, q, grp: DecodeGroup, kc, vc, arena: KVArena) -> torch.Tensor:
         b = grp.end - grp.start
-        kk = arena.gather(kc, grp.block_ids, 0)                       # [B*nb, bs, KV, D]
-        vv = arena.gather(vc, grp.block_ids, 1)
-        t = kk.shape[0] // b * kk.shape[1]
-        kk = kk.view(b, t, self.kv, self.d).transpose(1, 2)           # [B, KV, T, D]
-        vv = vv.view(b, t, self.kv, self.d).transpose(1, 2)
+        if grp.buffers is None:
+            grp.buffers = self._decode_buffers(grp, kc.shape[1:], arena)
+        k_dst, v_dst, kk, vv = grp.buffers
+        torch.index_select(kc, 0, grp.block_ids, out=k_dst)            # [B*nb, bs, KV, D]
+        torch.index_select(vc, 0, grp.block_ids, out=v_dst)
         # GQA without repeating K/V: the G query heads of a KV head act as G query rows
         qd = q[grp.start:grp.end].view(b, self.kv, self.h // self.kv, self.d)
         o = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=grp.mask)
         return o.reshape(b, self.h * self.d)
+
+    def _decode_buffers(self, grp: DecodeGroup, page: torch.Size, arena: KVArena) -> tuple:
+        """Gather destinations and their [B, KV, T, D] views, shared by every layer of a step."""
+        b, n = grp.end - grp.start, grp.block_ids.numel()
+        k_dst, v_dst = arena.workspace((n, *page), 0), arena.workspace((n, *page), 1)
+        t = n // b * page[0]
+        kk, vv = k_dst.view(b, t, self.kv, self.d), v_dst.view(b, t, self.kv, self.d)
+        if grp.mask is None:
+            kk, vv = kk[:, :grp.ctx_len], vv[:, :grp.ctx_len]
+        return k_dst, v_dst, kk.transpose(1, 2), vv.transpose(1, 2)
 
 
 def _t(w: torch.Tensor) -> torch.Tensor:
@@ -167,8 +179,10 @@ class LlamaModel:
                  max_positions: int) -> None:
         cfg = self.config = ckpt.config
         self.dtype, self.device = dtype, torch.device(device)
-        w = {k: v.to(dtype) for k, v in ckpt.tensors.items()}
+        w = dict(ckpt.tensors)      # popped as packed; the checkpoint itself stays intact for its owner
         _check_names(cfg, w)
+        for k in w:
+            w[k] = w[k].to(dtype)
         embed = w.pop("model.embed_tokens.weight")
         self.norm = w.pop("model.norm.weight")
         lm_head = w.pop("lm_head.weight", None)
@@ -176,6 +190,7 @@ class LlamaModel:
         self.lm_head = _t(embed if tied else lm_head)       # [hidden, vocab]
         self.embed = None if tied else embed                # tied: rows are read from lm_head
         self.layers = [DecoderLayer(cfg, w, f"model.layers.{i}.") for i in range(cfg.num_layers)]
+        w.clear()
         inv = rope_inv_freq(cfg, ckpt.rope_freqs)
         freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv[None, :]
         self.cos, self.sin = freqs.cos().to(dtype), freqs.sin().to(dtype)

@@ -7,16 +7,24 @@ from fluidpd.engine.arena import KVArena
 from fluidpd.engine.model import AttentionMetadata, DecodeGroup, LlamaModel, PrefillSegment
 from fluidpd.engine.sequence import Sequence
 
-# A decode group costs one gather + one SDPA per layer; in padded-token units that overhead is
-# roughly this many tokens on CPU. Grouping decodes by context length trades it against padding.
+# Decodes are attended in groups of similar context length. A group costs one gather + one SDPA
+# per layer (about GROUP_OVERHEAD_TOKENS padded tokens' worth of time on CPU); a group's gathered
+# K/V should stay cache-resident (GROUP_MAX_BYTES per layer) so SDPA reads it from cache.
 GROUP_OVERHEAD_TOKENS = 256
-MAX_DP_DECODES = 96
+GROUP_MAX_BYTES = 4 << 20
+MAX_DP_DECODES = 256
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, arena: KVArena, block_size: int) -> None:
+    def __init__(self, model: LlamaModel, arena: KVArena, block_size: int,
+                 group_max_bytes: int | None = None) -> None:
         self.model, self.arena, self.block_size = model, arena, block_size
         self.device = model.device
+        mc = model.config
+        per_token = 2 * mc.num_kv_heads * mc.head_dim * model.dtype.itemsize    # K+V, one layer
+        cap = GROUP_MAX_BYTES if group_max_bytes is None else group_max_bytes
+        self.group_max_tokens = max(1, cap // per_token)
+        self.one_group = self.device.type != "cpu"      # GPU: one padded launch per layer
 
     def execute(self, chunks: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[Sequence]]:
         """Run the chunks in one forward; logits [M, vocab] for the M sequences they complete."""
@@ -42,7 +50,9 @@ class ModelRunner:
             blocks += [table[p // bs] for p in range(start, start + n)]
             meta.prefills.append(self._prefill_segment(seq, row, n))
             row_of[id(seq)] = row + n - 1
-        for group in _group_decodes([s for s, _ in single]):
+        decodes = [s for s, _ in single]
+        groups = [decodes] if self.one_group and decodes else _group_decodes(decodes, self.group_max_tokens)
+        for group in groups:
             row = len(tokens)
             for seq in group:
                 p = seq.num_computed
@@ -71,6 +81,9 @@ class ModelRunner:
     def _decode_group(self, seqs: list[Sequence], row: int) -> DecodeGroup:
         ctx = [s.num_computed + 1 for s in seqs]
         nb = -(-max(ctx) // self.block_size)
+        if len(seqs) == 1:  # no padding: slice the context, no mask
+            ids = torch.tensor(seqs[0].block_table[:nb], dtype=torch.long, device=self.device)
+            return DecodeGroup(row, row + 1, ids, None, ctx[0])
         table = []
         for s in seqs:
             t = s.block_table[:nb]
@@ -85,20 +98,24 @@ class ModelRunner:
         return mask.masked_fill_(~allowed, float("-inf"))
 
 
-def _group_decodes(seqs: list[Sequence]) -> list[list[Sequence]]:
-    """Split decodes (sorted by context) into groups minimising padded tokens + per-group overhead."""
+def _group_decodes(seqs: list[Sequence], max_tokens: int) -> list[list[Sequence]]:
+    """Split decodes (sorted by context) into groups minimising padded tokens + per-group overhead,
+    each group at most `max_tokens` padded tokens (a single sequence always forms a group)."""
     n = len(seqs)
     if n <= 1:
         return [seqs] if seqs else []
-    if n > MAX_DP_DECODES:  # quantile groups; the DP below is quadratic
-        k = 4
-        return [seqs[i * n // k:(i + 1) * n // k] for i in range(k)]
+    if n > MAX_DP_DECODES:  # the DP below is quadratic: split, then group each part
+        h = n // 2
+        return _group_decodes(seqs[:h], max_tokens) + _group_decodes(seqs[h:], max_tokens)
     ctx = [s.num_computed + 1 for s in seqs]
     best = [0.0] + [float("inf")] * n
     cut = [0] * (n + 1)
     for j in range(1, n + 1):         # best[j]: cost of grouping seqs[:j]; group (i, j] is padded to ctx[j-1]
-        for i in range(j):
-            c = best[i] + (j - i) * ctx[j - 1] + GROUP_OVERHEAD_TOKENS
+        for i in range(j - 1, -1, -1):
+            padded = (j - i) * ctx[j - 1]
+            if padded > max_tokens and i < j - 1:
+                break
+            c = best[i] + padded + GROUP_OVERHEAD_TOKENS
             if c < best[j]:
                 best[j], cut[j] = c, i
     groups, j = [], n

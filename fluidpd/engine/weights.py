@@ -316,7 +316,7 @@ def load_gguf(path: str, dtype: torch.dtype = torch.float32) -> Checkpoint:
     from fluidpd.engine.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_gguf(path, reader=reader) if "tokenizer.ggml.tokens" in reader.fields else None
-    return Checkpoint(cfg, tensors, tokenizer_source=path, rope_freqs=rope_freqs, tokenizer=tokenizer,
+    return Checkpoint(cfg, tensors, tokenizer_source=path if tokenizer else None, rope_freqs=rope_freqs, tokenizer=tokenizer,
                       meta={"format": "gguf", "path": path, "file_type": gguf_field(reader, "general.file_type")})
 
 

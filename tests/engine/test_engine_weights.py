@@ -1,0 +1,147 @@
+"""Weight loading: GGUF (dequantisation, llama.cpp's Q/K permutation), config parsing, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fluidpd.engine import EngineConfig, LLMEngine
+from fluidpd.engine.weights import (ModelConfig, gguf_to_hf_name, load_gguf, random_tensors, resolve_model,
+                                    unpermute_qk)
+
+gguf = pytest.importorskip("gguf")
+Q = gguf.GGMLQuantizationType
+
+CFG = ModelConfig(architecture="llama", vocab_size=64, hidden_size=64, intermediate_size=96, num_layers=2,
+                  num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=2.0**-17, rope_theta=10000.0,
+                  max_position_embeddings=128, tie_word_embeddings=True)
+HF_TO_GGUF = {"embed_tokens": "token_embd", "norm": "output_norm", "input_layernorm": "attn_norm",
+              "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate",
+              "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's convert_hf_to_gguf.py permutation (what the loader must undo)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_name(hf: str) -> str:
+    parts = hf.split(".")
+    if parts[1] == "layers":
+        rest = ".".join(parts[3:-1])
+        return f"blk.{parts[2]}.{HF_TO_GGUF[rest]}.{parts[-1]}"
+    return f"{HF_TO_GGUF[parts[1]]}.{parts[-1]}"
+
+
+def write_gguf(path, tensors: dict[str, torch.Tensor], qtype=Q.F32, arch: str = "llama", cfg: ModelConfig = CFG):
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg.num_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_heads)
+    w.add_head_count_kv(cfg.num_kv_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(cfg.rope_theta)
+    w.add_vocab_size(cfg.vocab_size)
+    for name, t in tensors.items():
+        a = t.float().numpy()
+        if name.endswith("q_proj.weight"):
+            a = permute(a, cfg.num_heads)
+        elif name.endswith("k_proj.weight"):
+            a = permute(a, cfg.num_kv_heads)
+        if a.ndim == 1 or qtype == Q.F32:
+            w.add_tensor(gguf_name(name), np.ascontiguousarray(a, dtype=np.float32))
+        elif qtype == Q.F16:
+            w.add_tensor(gguf_name(name), a.astype(np.float16))
+        else:
+            w.add_tensor(gguf_name(name), gguf.quants.quantize(a, qtype), raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_unpermute_inverts_llama_cpp_permutation():
+    w = np.arange(8 * 16 * 3, dtype=np.float32).reshape(8 * 16, 3)
+    assert np.array_equal(unpermute_qk(permute(w, 8), 8), w)
+    assert not np.array_equal(permute(w, 8), w)
+
+
+def test_gguf_names():
+    assert gguf_to_hf_name("blk.3.attn_q.weight") == "model.layers.3.self_attn.q_proj.weight"
+    assert gguf_to_hf_name("blk.0.attn_k.bias") == "model.layers.0.self_attn.k_proj.bias"
+    assert gguf_to_hf_name("output.weight") == "lm_head.weight"
+    assert gguf_to_hf_name("blk.0.unknown.weight") is None
+
+
+@pytest.mark.parametrize("qtype,tol", [(Q.F32, 0.0), (Q.F16, 1e-4), (Q.BF16, 1e-3), (Q.Q8_0, 2e-3),
+                                       (Q.Q4_1, 2e-2), (Q.Q4_0, 2.5e-2)],
+                         ids=["F32", "F16", "BF16", "Q8_0", "Q4_1", "Q4_0"])
+def test_gguf_dequantises_and_unpermutes(tmp_path, qtype, tol):
+    tensors = random_tensors(CFG, torch.float32, seed=1)
+    write_gguf(tmp_path / "m.gguf", tensors, qtype)
+    ck = load_gguf(str(tmp_path / "m.gguf"))
+    assert ck.config == CFG
+    assert set(ck.tensors) == set(tensors)
+    for name, ref in tensors.items():
+        got = ck.tensors[name]
+        assert got.shape == ref.shape and got.dtype == torch.float32
+        assert (got - ref).abs().max().item() <= tol, name
+
+
+def test_gguf_engine_matches_safetensors_engine(tmp_path):
+    tensors = random_tensors(CFG, torch.float32, seed=2)
+    write_gguf(tmp_path / "m.gguf", tensors)
+    from safetensors.torch import save_file
+    import json
+
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "config.json").write_text(json.dumps(CFG.to_hf()))
+    save_file(tensors, str(tmp_path / "st" / "model.safetensors"))
+    ids = [3, 9, 27, 1, 40, 22, 8, 63]
+    a = LLMEngine(EngineConfig(model=str(tmp_path / "m.gguf"), num_kv_blocks=8)).prompt_logits(ids)
+    b = LLMEngine(EngineConfig(model=str(tmp_path / "st"), num_kv_blocks=8)).prompt_logits(ids)
+    assert torch.equal(a, b)
+
+
+def test_unknown_gguf_architecture(tmp_path):
+    write_gguf(tmp_path / "g.gguf", random_tensors(CFG, torch.float32, seed=1), arch="gpt2")
+    with pytest.raises(ValueError, match="unknown architecture 'gpt2'"):
+        LLMEngine(EngineConfig(model=str(tmp_path / "g.gguf")))
+
+
+def test_unknown_hf_architecture(tmp_path):
+    (tmp_path / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}')
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match="unknown architecture"):
+        LLMEngine(EngineConfig(model=str(tmp_path)))
+
+
+def test_missing_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="model not found"):
+        LLMEngine(EngineConfig(model=str(tmp_path / "nope.gguf")))
+    with pytest.raises(FileNotFoundError):
+        resolve_model(str(tmp_path), "auto")            # empty directory
+    (tmp_path / "x.safetensors").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        LLMEngine(EngineConfig(model=str(tmp_path)))
+    with pytest.raises(FileNotFoundError):
+        LLMEngine(EngineConfig(model="no-such-preset", load_format="dummy"))
+
+
+def test_hf_config_v4_and_v5_spellings():
+    base = dict(architectures=["LlamaForCausalLM"], vocab_size=10, hidden_size=8, intermediate_size=16,
+                num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    v4 = ModelConfig.from_hf({**base, "rope_theta": 5e5, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192}})
+    v5 = ModelConfig.from_hf({**base, "rope_parameters": {
+        "rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
+    assert v4 == v5 and v4.rope_theta == 5e5 and v4.head_dim == 4
+    with pytest.raises(ValueError, match="rope scaling"):
+        ModelConfig.from_hf({**base, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+    with pytest.raises(ValueError, match="multiple"):
+        ModelConfig.from_hf({**base, "num_key_value_heads": 3, "num_attention_heads": 4})
