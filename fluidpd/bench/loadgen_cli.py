@@ -14,19 +14,11 @@ import asyncio
 import sys
 from pathlib import Path
 
+from fluidpd.argtypes import positive
+
 DEFAULT_MAX_REQUESTS = 2000
 
 
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-    return parse
 
 
 def register(sub) -> None:
@@ -36,18 +28,18 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000 (loopback only)")
     p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACE_NAMES)}, or a file")
-    p.add_argument("--rate-scale", type=_positive(float), default=1.0, help="compress time by X")
-    p.add_argument("--duration", type=_positive(float), default=60.0,
+    p.add_argument("--rate-scale", type=positive(float), default=1.0, help="compress time by X")
+    p.add_argument("--duration", type=positive(float), default=60.0,
                    help="replay the trace's first SEC seconds (after rate scaling; default 60)")
-    p.add_argument("--ttft-slo", type=_positive(float), required=True, help="seconds")
-    p.add_argument("--tbt-slo", type=_positive(float), required=True, help="seconds")
+    p.add_argument("--ttft-slo", type=positive(float), required=True, help="seconds")
+    p.add_argument("--tbt-slo", type=positive(float), required=True, help="seconds")
     p.add_argument("--out", type=Path, help="write the row as JSON (same keys as fluidpd simulate)")
-    p.add_argument("--max-requests", type=_positive(int), default=DEFAULT_MAX_REQUESTS)
+    p.add_argument("--max-requests", type=positive(int), default=DEFAULT_MAX_REQUESTS)
     p.add_argument("--seed", type=int, default=0, help="trace loading and prompt offsets")
     p.add_argument("--model", default=None, help="model name to send (default: the server's)")
-    p.add_argument("--max-model-len", type=_positive(int), default=None,
+    p.add_argument("--max-model-len", type=positive(int), default=None,
                    help="clip prompt + output to this (default: the server's)")
-    p.add_argument("--drain-timeout", type=_positive(float), default=300.0,
+    p.add_argument("--drain-timeout", type=positive(float), default=300.0,
                    help="seconds after the last arrival before unfinished requests count as failed")
     p.add_argument("--tokenizer", default=None,
                    help="local tokenizer source ('smollm2', a .gguf, a dir) if the server has no /tokenize")

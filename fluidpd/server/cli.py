@@ -9,20 +9,12 @@ import argparse
 import sys
 import time
 
+from fluidpd.argtypes import positive
+
 DEFAULT_PORT = 8000
 SINGLE_WORKER_POLICIES = ("colocated", "chunked")
 
 
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-    return parse
 
 
 def _port(text: str) -> int:
@@ -40,23 +32,23 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2", help="'smollm2' (default), a .gguf file or a safetensors dir")
     p.add_argument("--served-model-name", default=None, help="the name clients use (default: from --model)")
-    p.add_argument("--workers", type=_positive(int), default=1, help="engine instances (1: one colocated engine)")
+    p.add_argument("--workers", type=positive(int), default=1, help="engine instances (1: one colocated engine)")
     p.add_argument("--prefill-workers", type=int, default=0, help="initial prefill workers (0: the policy's default)")
     p.add_argument("--policy", default=None, help="colocated for 1 worker (default), else e.g. fluidpd, static_pd")
-    p.add_argument("--ttft-slo", type=_positive(float), default=1.0, help="seconds (default 1.0)")
-    p.add_argument("--tbt-slo", type=_positive(float), default=0.1, help="seconds (default 0.1)")
+    p.add_argument("--ttft-slo", type=positive(float), default=1.0, help="seconds (default 1.0)")
+    p.add_argument("--tbt-slo", type=positive(float), default=0.1, help="seconds (default 0.1)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=DEFAULT_PORT)
-    p.add_argument("--max-model-len", type=_positive(int), default=None)
-    p.add_argument("--num-kv-blocks", type=_positive(int), default=None, help="KV blocks per worker")
-    p.add_argument("--max-num-seqs", type=_positive(int), default=64)
-    p.add_argument("--max-num-batched-tokens", type=_positive(int), default=2048)
+    p.add_argument("--max-model-len", type=positive(int), default=None)
+    p.add_argument("--num-kv-blocks", type=positive(int), default=None, help="KV blocks per worker")
+    p.add_argument("--max-num-seqs", type=positive(int), default=64)
+    p.add_argument("--max-num-batched-tokens", type=positive(int), default=2048)
     p.add_argument("--load-format", default="auto", choices=["auto", "gguf", "safetensors", "dummy"])
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=_positive(int), default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=positive(int), default=None, help="torch CPU threads")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 

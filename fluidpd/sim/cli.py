@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from fluidpd.argtypes import positive
 from fluidpd.bench.report import print_table, write_json
 from fluidpd.core.metrics import Slo
 from fluidpd.policy.base import PolicyConfig
@@ -22,30 +23,20 @@ from fluidpd.workload.registry import TRACE_NAMES, load_trace
 from fluidpd.workload.trace import Trace
 
 
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-    return parse
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, choices=MODEL_NAMES)
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
     p.add_argument("--gpu", required=True, choices=HARDWARE_NAMES)
-    p.add_argument("--workers", type=_positive(int), default=8, help="engine instances")
-    p.add_argument("--tp", type=_positive(int), default=1, help="GPUs per worker (tensor parallel)")
+    p.add_argument("--workers", type=positive(int), default=8, help="engine instances")
+    p.add_argument("--tp", type=positive(int), default=1, help="GPUs per worker (tensor parallel)")
     p.add_argument("--prefill-workers", type=int, default=0, help="static split (0: a quarter)")
-    p.add_argument("--ttft-slo", type=_positive(float), required=True, help="seconds")
-    p.add_argument("--tbt-slo", type=_positive(float), required=True, help="seconds")
-    p.add_argument("--chunk-budget", type=_positive(int), default=512, help="tokens per step for chunked")
-    p.add_argument("--max-num-seqs", type=_positive(int), default=256)
-    p.add_argument("--gpu-memory-utilization", type=_positive(float), default=0.95)
+    p.add_argument("--ttft-slo", type=positive(float), required=True, help="seconds")
+    p.add_argument("--tbt-slo", type=positive(float), required=True, help="seconds")
+    p.add_argument("--chunk-budget", type=positive(int), default=512, help="tokens per step for chunked")
+    p.add_argument("--max-num-seqs", type=positive(int), default=256)
+    p.add_argument("--gpu-memory-utilization", type=positive(float), default=0.95)
     p.add_argument("--jitter-cv", type=float, default=0.0, help="step-time noise (coefficient of variation)")
     p.add_argument("--seed", type=int, default=0)
 
@@ -56,8 +47,8 @@ def register(sub) -> None:
     p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACE_NAMES)}, or a file")
     p.add_argument("--policy", required=True, help=f"comma-separated: {', '.join(POLICIES)}")
     add_cluster_args(p)
-    p.add_argument("--rate-scale", type=_positive(float), default=1.0, help="compress time by X")
-    p.add_argument("--duration", type=_positive(float), default=None, help="keep the first SEC seconds")
+    p.add_argument("--rate-scale", type=positive(float), default=1.0, help="compress time by X")
+    p.add_argument("--duration", type=positive(float), default=None, help="keep the first SEC seconds")
     p.add_argument("--out", type=Path, help="write the rows as JSON")
     p.add_argument("--plot", type=Path, help="directory for CDF and timeline PNGs")
     p.add_argument("--goodput", action="store_true", help="binary-search the rate scale at 90%% attainment")

@@ -1,0 +1,17 @@
+"""Argument types shared by the command-line tools."""
+from __future__ import annotations
+
+import argparse
+
+
+def positive(kind):
+    """An argparse type: `kind(text)`, which must be > 0 (a clear message otherwise)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
