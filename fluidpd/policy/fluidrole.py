@@ -88,7 +88,7 @@ def drained(w: WorkerView) -> bool:
     if w.transfers_out or w.transfers_in:
         return False
     if w.role is Role.DECODE:
-        return not w.decoding and not w.queue and w.num_prefilling == 0
+        return w.num_decoding == 0 and not w.queue and w.num_prefilling == 0
     return not w.queue and w.num_prefilling == 0
 
 

@@ -2,7 +2,10 @@
 
 slack = SLO_TBT - T_iter(B) - delta_guard. T_iter is an EWMA of the worker's measured decode-only
 steps; delta_guard is learned (JitterTracker) from how far every measured step exceeded the
-planner's estimate: step-time jitter, plus the chunk cost model's error on mixed steps.
+planner's estimate: step-time jitter, plus the chunk cost model's error on mixed steps. The
+chunk cost model itself is calibrated online per worker: each mixed step updates a scale
+(measured chunk part / modelled), so a worker slower than the fit (e.g. sharing its CPU) takes
+smaller chunks after one step instead of after the guard has seen enough tails.
 The chunk runs fused into the decode step's forward pass, so its cost is marginal: with g the
 fitted time of n tokens fused into a one-request decode step (flat while the dense layers stay
 memory-bound, then compute), a chunk of c tokens after `prior` tokens of its prompt, in a step
@@ -26,6 +29,7 @@ from fluidpd.policy.stepplan import chunks_within
 from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView, blocks_for
 
 EWMA = 0.2
+SCALE_GAIN, MIN_SCALE, MAX_SCALE = 0.5, 0.25, 20.0
 
 
 @dataclass(slots=True)
@@ -59,6 +63,7 @@ class FluidToken:
         self.config = config or FluidTokenConfig()
         self.jitter: dict[int, JitterTracker] = {}
         self.t_iter_s: dict[int, float] = {}
+        self.scale: dict[int, float] = {}   # measured / modelled chunk time, per worker (online calibration)
         self.borrowed = 0
         self.spread = 0
 
@@ -80,9 +85,14 @@ class FluidToken:
             if not plan.chunks:
                 self.t_iter_s[w.id] = duration_s
             return
-        self.tracker(w.id).observe(duration_s - prev - self.chunks_cost(w.num_decoding, plan))
+        scale = self.cost_scale(w)
+        est = self.chunks_cost(w.num_decoding, plan, scale)
+        self.tracker(w.id).observe(duration_s - prev - est)
         if not plan.chunks:
             self.t_iter_s[w.id] = prev + EWMA * (duration_s - prev)
+        elif est > 0:
+            ratio = (duration_s - prev) / (est / scale)
+            self.scale[w.id] = min(MAX_SCALE, max(MIN_SCALE, scale + SCALE_GAIN * (ratio - scale)))
 
     def t_iter(self, w: WorkerView) -> float:
         """T_iter(B): the decode part of recent steps (0 with nothing to decode)."""
@@ -93,21 +103,25 @@ class FluidToken:
     def slack(self, w: WorkerView) -> float:
         return self.slo_tbt_s - self.t_iter(w) - self.tracker(w.id).guard_s
 
-    def chunk_cost(self, batch: int, prior: int, c: int) -> float:
+    def cost_scale(self, w: WorkerView) -> float:
+        """How much slower than the fitted model this worker's chunks have run (1 until measured)."""
+        return self.scale.get(w.id, 1.0)
+
+    def chunk_cost(self, batch: int, prior: int, c: int, scale: float = 1.0) -> float:
         """Marginal time of c prompt tokens (after `prior` of them) fused into a B-decode step."""
         base = batch + prior
-        return self.chunk_time(base + c) - self.chunk_time(base)
+        return scale * (self.chunk_time(base + c) - self.chunk_time(base))
 
-    def chunks_cost(self, batch: int, plan: StepPlan) -> float:
+    def chunks_cost(self, batch: int, plan: StepPlan, scale: float = 1.0) -> float:
         total, used = 0.0, batch
         for req, c in plan.chunks:
-            total += self.chunk_cost(used, req.kv_prior, c)
+            total += self.chunk_cost(used, req.kv_prior, c, scale)
             used += c
         return total
 
     def chunk_tokens(self, w: WorkerView, prior: int = 0) -> int:
         """C_chunk: the largest c with chunk_cost(B, prior, c) <= slack (0 if below min_chunk)."""
-        budget = self.slack(w)
+        budget = self.slack(w) / self.cost_scale(w)
         if budget <= 0:
             return 0
         base = w.num_decoding + prior
@@ -129,7 +143,7 @@ class FluidToken:
 
     def estimate(self, w: WorkerView, plan: StepPlan) -> float:
         """The planner's own estimate of a step's time (checked against SLO_TBT in tests)."""
-        return (self.t_iter(w) if plan.decode else 0.0) + self.chunks_cost(w.num_decoding, plan)
+        return (self.t_iter(w) if plan.decode else 0.0) + self.chunks_cost(w.num_decoding, plan, self.cost_scale(w))
 
     def borrow(self, view: ClusterView) -> list:
         """Strip requests from the head of the prefill queues onto decode workers with slack."""
@@ -172,7 +186,8 @@ class FluidToken:
         step = self.config.min_chunk
         need = blocks_for(req.prompt_len + req.output_len, free[0].block_size)
         fits = [w for w in free if self._room(w) >= need
-                and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step) <= self.slack(w)]
+                and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step, self.cost_scale(w))
+                <= self.slack(w)]
         return max(fits, key=lambda w: (self._room(w), -w.id)) if fits else None
 
     def _helpers(self, req: Request, free: list) -> list:

@@ -99,7 +99,7 @@ class Elastic:
             self.finish(req)
             return
         req.moved = len(spread.pieces) > 1
-        home.join(req)
+        self.decode_or_hand_off(home, req)  # home may have changed role since the spread began
         self.schedule(home)
 
     def _stop_routing(self, a: StopRouting) -> None:

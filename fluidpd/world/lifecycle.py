@@ -177,6 +177,10 @@ class World(Elastic):
             w.free(w.blocks_of(req))
             self.finish(req)
             return
+        self.decode_or_hand_off(w, req)
+
+    def decode_or_hand_off(self, w: WorkerState, req: Request) -> None:
+        """`req`'s KV is on `w`: decode it there, or hold it there for a decode worker to pull."""
         dst = self.policy.handoff(req, w, self)
         if dst is None or dst == w.id:
             w.join(req)

@@ -68,7 +68,8 @@ class WorkerState:
 
     @property
     def num_decoding(self) -> int:
-        return len(self.decoding)
+        """Requests decoding here, including those whose KV arrived during the step in flight."""
+        return len(self.decoding) + len(self.incoming)
 
     @property
     def num_held(self) -> int:
