@@ -37,6 +37,7 @@ class FluidConfig:
     slo_tbt_s: float
     prefill_time: Polynomial          # f_P(s): prefill time of s tokens on a prefill worker
     chunk_time: Polynomial            # time of s tokens fused into a one-request decode step
+    decode_ref_s: float | None = None  # the one-request decode step measured with chunk_time (if any)
     alpha: float = 0.5                # DPI: latency vs memory weight
     theta_d_low: float = 0.8          # borrow only while decode pressure is below this
     theta_p_high: float = 1.5         # sustained prefill deficit ...
@@ -72,7 +73,7 @@ class FluidPD(StaticPD):
         if fluid is None:
             raise ValueError(f"{self.name} needs a FluidConfig (SLOs and fitted cost models)")
         self.fluid = fluid
-        self.token = FluidToken(fluid.chunk_time, fluid.slo_tbt_s, fluid.token)
+        self.token = FluidToken(fluid.chunk_time, fluid.slo_tbt_s, fluid.token, fluid.decode_ref_s)
         self.state = BALANCED
         self.pressure = Pressure(0.0, 0.0, 0.0)
         self.history: list[tuple[float, float, float, str]] = []

@@ -57,13 +57,15 @@ class FluidTokenConfig:
 class FluidToken:
     """Per-worker slack, chunk sizing, borrowing and the step plan of a borrowing decode worker."""
 
-    def __init__(self, chunk_time: Polynomial, slo_tbt_s: float, config: FluidTokenConfig | None = None):
+    def __init__(self, chunk_time: Polynomial, slo_tbt_s: float, config: FluidTokenConfig | None = None,
+                 decode_ref_s: float | None = None):
         self.chunk_time = chunk_time
         self.slo_tbt_s = slo_tbt_s
         self.config = config or FluidTokenConfig()
         self.jitter: dict[int, JitterTracker] = {}
         self.t_iter_s: dict[int, float] = {}
         self.scale: dict[int, float] = {}   # measured / modelled chunk time, per worker (online calibration)
+        self.decode_ref_s = decode_ref_s    # the decode step time the cost model was fitted next to
         self.borrowed = 0
         self.spread = 0
 
@@ -104,8 +106,13 @@ class FluidToken:
         return self.slo_tbt_s - self.t_iter(w) - self.tracker(w.id).guard_s
 
     def cost_scale(self, w: WorkerView) -> float:
-        """How much slower than the fitted model this worker's chunks have run (1 until measured)."""
-        return self.scale.get(w.id, 1.0)
+        """How much slower than the fitted model this worker's chunks have run; before any mixed
+        step, how much slower its decode steps run than the reference the model was fitted with."""
+        s = self.scale.get(w.id)
+        if s is not None:
+            return s
+        t = self.t_iter_s.get(w.id)
+        return max(1.0, t / self.decode_ref_s) if t and self.decode_ref_s else 1.0
 
     def chunk_cost(self, batch: int, prior: int, c: int, scale: float = 1.0) -> float:
         """Marginal time of c prompt tokens (after `prior` of them) fused into a B-decode step."""

@@ -69,7 +69,7 @@ class Coordinator:
         fluid = None
         if c.policy in ELASTIC:
             # the real engine has no context-parallel attention: long prompts are not spread
-            fluid = FluidConfig(c.ttft_slo_s, c.tbt_slo_s, p.prefill_time, p.chunk_time,
+            fluid = FluidConfig(c.ttft_slo_s, c.tbt_slo_s, p.prefill_time, p.chunk_time, p.decode_step_s,
                                 token=FluidTokenConfig(max_split=1), **c.fluid)
         policy = make_policy(c.policy, pcfg, fluid)
         metrics = MetricsCollector(Slo(c.ttft_slo_s, c.tbt_slo_s))
