@@ -82,7 +82,7 @@ class RuntimeCluster(World):
         if live is None:
             return
         reason = live.finish_reason or ("abort" if live.aborted else "length")
-        if live.engine_worker >= 0 and reason in ("abort", "length") and live.aborted:
+        if live.aborted and live.engine_worker >= 0:  # the engine still holds it: drop it there
             self.backends[live.engine_worker].submit("abort", live.engine_id)
         live.stream.put(TokenEvent([], reason))
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -128,7 +127,3 @@ def write_plots(results: list[SimResult], slo: Slo, directory: Path) -> list[Pat
         paths.append(timeline_plot(r.cluster.timeline, f"{r.policy}: per-worker timeline",
                                    directory / f"timeline_{r.policy}.png"))
     return paths
-
-
-def with_policy(setup: Setup, **changes) -> Setup:
-    return replace(setup, policy=replace(setup.policy, **changes))
