@@ -3,8 +3,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
-.PHONY: run simulate test venv clean
+.PHONY: run test test-fast lint venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,16 +18,18 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/fluidpd serve --model smollm2 --workers 4 --prefill-workers 1 --policy fluidpd \
-	  --ttft-slo 5 --tbt-slo 0.5 --host 127.0.0.1 --port 8000
+	$(BIN)/fluidpd serve --workers 4 --policy fluidpd
 
-simulate: $(STAMP)
-	$(BIN)/fluidpd simulate --trace azure_conv --model llama-3.3-70b --dtype fp8 --gpu h100 \
-	  --workers 8 --prefill-workers 2 --policy colocated,chunked,static-pd,fluidtoken,fluidpd \
-	  --ttft-slo 2.0 --tbt-slo 0.04 --rate-scale 1.5 --duration 600
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
-test: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "slow or not slow"
+test: lint
+	$(PYTEST) -m "slow or not slow"
+
+test-fast: lint
+	$(PYTEST) -m "not slow"
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -14,7 +14,7 @@ torch.set_num_threads(1)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from fluidpd.engine import EngineConfig, LLMEngine, SamplingParams, StepPlan, load_model  # noqa: E402
-from fluidpd.engine.weights import smollm2_gguf  # noqa: E402
+from fluidpd.engine.loaders import smollm2_gguf  # noqa: E402
 
 
 def median(xs) -> float:

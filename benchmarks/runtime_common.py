@@ -9,16 +9,19 @@ import torch
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.runtime.api import GenerationRequest
+from fluidpd.policy.base import PolicyConfig
 from fluidpd.runtime.build import build_coordinator
-from fluidpd.runtime.coordinator import RuntimeConfig
+from fluidpd.runtime.config import RuntimeConfig
 
 torch.set_num_threads(1)
 CONFIG = EngineConfig(num_kv_blocks=512, max_model_len=2048, max_num_seqs=32)
 
 
-def coordinator(policy: str, workers: int, backend: str = "process", profile=None, **runtime_kw):
-    return build_coordinator(CONFIG, RuntimeConfig(policy=policy, **runtime_kw), workers, backend=backend,
-                             log=lambda m: None, profile=profile)
+def coordinator(policy: str, workers: int, backend: str = "process", profile=None, prefill_workers: int = 0,
+                max_num_seqs: int = 32, **runtime_kw):
+    runtime = RuntimeConfig(workers=workers, policy=policy, backend=backend, **runtime_kw,
+                            scheduling=PolicyConfig(prefill_workers=prefill_workers, max_num_seqs=max_num_seqs))
+    return build_coordinator(CONFIG, runtime, log=lambda m: None, profile=profile)
 
 
 def prompt(n: int, seed: int = 0) -> list[int]:

@@ -31,7 +31,8 @@ from fluidpd.engine.kv_transfer import KVPayload
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.runtime.backend import start_workers
 from fluidpd.runtime.process import ProcessWorker
-from fluidpd.runtime.transfer import get_transport, leftover_segments
+from fluidpd.runtime.transport import get_transport
+from fluidpd.runtime.transport.shm import leftover_segments
 
 GB = 1e9
 

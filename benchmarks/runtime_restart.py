@@ -30,7 +30,7 @@ from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.plan import PrefillChunk, StepPlan
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.runtime.process import ProcessWorker, stage_weights
-from fluidpd.runtime.transfer import leftover_segments
+from fluidpd.runtime.transport.shm import leftover_segments
 
 
 def _start(worker_id: int, config: EngineConfig, kv_pool_bytes: int = 0) -> tuple[ProcessWorker, dict]:

@@ -314,7 +314,7 @@ def _local_tokenize(source: str, text: str) -> list[int]:
     from fluidpd.engine.tokenizer import Tokenizer
 
     if source == "smollm2":
-        from fluidpd.engine.weights import smollm2_gguf
+        from fluidpd.engine.loaders import smollm2_gguf
 
         source = smollm2_gguf()
     return Tokenizer.load(source).encode(text, add_special_tokens=False)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from fluidpd.core.metrics import Slo
 from fluidpd.policy import fluidrole
-from fluidpd.policy.registry import ELASTIC
+from fluidpd.policy.fluidpd import FluidPD
+from fluidpd.policy.registry import POLICIES
 from fluidpd.policy.view import Role
 from fluidpd.sim.run import Setup, SimResult, simulate
 from fluidpd.workload.trace import Trace
@@ -24,7 +25,7 @@ def run_instrumented(trace: Trace, policy_name: str, setup: Setup, *, keep_reque
     would pick (cheapest drain / least queued) is switched. One that cannot happen (no eligible
     worker, last of its role) is skipped and listed in `result.summary["forced_skipped"]`.
     """
-    if forced and policy_name not in ELASTIC:
+    if forced and not issubclass(POLICIES.get(policy_name), FluidPD):
         raise ValueError(f"{policy_name} runs no role transitions; cannot force one")
     skipped: list[float] = []
 

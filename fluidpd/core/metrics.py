@@ -33,6 +33,7 @@ class MetricsCollector:
     e2e: array = field(default_factory=lambda: array("d"))
     strict_ok: int = 0
     rejected: int = 0
+    failed: int = 0               # accepted, then failed (e.g. refused by its engine)
     output_tokens: int = 0
     first_arrival_s: float = math.inf
     last_finish_s: float = 0.0
@@ -84,6 +85,7 @@ class MetricsCollector:
             "requests": requests,
             "completed": self.completed,
             "rejected": self.rejected,
+            "failed": self.failed,
             "attainment": self.joint_ok() / denom,
             "strict_attainment": self.strict_ok / denom,
             "ttft_p50_s": float(np.percentile(ttft, 50)),

@@ -2,19 +2,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from fluidpd.core.knobs import knob
 
-DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
+if TYPE_CHECKING:
+    import torch
+
+DTYPES = {  # accepted spelling -> torch dtype name (torch is imported only to build an engine)
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
 }
-LOAD_FORMATS = ("auto", "gguf", "safetensors", "dummy")
+LOAD_FORMATS = ("auto", "gguf", "safetensors", "dummy")  # "auto" + fluidpd.engine.loaders.LOADERS
 MiB = 1 << 20
 
 
@@ -29,20 +32,24 @@ class EngineConfig:
       * neither: KV holds `default_kv_tokens` tokens, plus `scratch_bytes`.
     """
 
-    model: str = "smollm2"          # "smollm2", a .gguf file, a safetensors dir, or (dummy) a preset/config.json
-    load_format: str = "auto"       # auto | gguf | safetensors | dummy
-    dtype: str = "auto"             # auto (fp32 on cpu, bf16 on cuda) | float32 | bfloat16 | float16
-    device: str = "cpu"
-    tokenizer: str | None = None    # default: the model's own (GGUF metadata / tokenizer.json)
+    model: str = knob("smollm2", "'smollm2', a .gguf file, or a safetensors directory; with "
+                               "--load-format dummy also a preset or config.json")
+    load_format: str = knob("auto", "how to read --model (auto: by its file name)", choices=LOAD_FORMATS)
+    dtype: str = knob("auto", "model and KV dtype (auto: float32 on cpu, bfloat16 on cuda)",
+                      choices=("auto", *DTYPES))
+    device: str = knob("cpu", "torch device (cpu, cuda, cuda:N)")
+    tokenizer: str | None = knob(None, "tokenizer source: a .gguf, a directory, or 'smollm2' "
+                                       "(default: the model's own)")
     block_size: int = 16
-    num_kv_blocks: int | None = None
+    num_kv_blocks: int | None = knob(None, "KV cache blocks (default: enough for 4096 tokens)")
     arena_bytes: int | None = None
     scratch_bytes: int = 32 * MiB
     default_kv_tokens: int = 4096
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048   # the per-step token budget of the built-in scheduler
-    max_model_len: int | None = None     # default: the model's context length, capped at 8192
-    seed: int = 0                        # dummy weights
+    max_model_len: int | None = knob(None, "longest prompt + completion (default: the model's context "
+                                           "length, capped at 8192)")
+    seed: int = knob(0, "seed of the dummy (random) weights")
     model_overrides: dict[str, Any] = field(default_factory=dict)  # HF config keys (dummy shapes)
 
     def __post_init__(self) -> None:
@@ -50,6 +57,8 @@ class EngineConfig:
             raise ValueError(f"load_format must be one of {LOAD_FORMATS}, got {self.load_format!r}")
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {self.dtype!r}")
+        import torch
+
         try:
             dev = torch.device(self.device)
         except RuntimeError as exc:
@@ -71,13 +80,17 @@ class EngineConfig:
 
     @property
     def torch_device(self) -> torch.device:
+        import torch
+
         return torch.device(self.device)
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        import torch
+
         if self.dtype == "auto":
             return torch.bfloat16 if self.torch_device.type == "cuda" else torch.float32
-        return DTYPES[self.dtype]
+        return getattr(torch, DTYPES[self.dtype])
 
     def arena_layout(self, block_bytes: int) -> tuple[int, int]:
         """(initial KV blocks, total arena bytes) for blocks of `block_bytes` bytes."""

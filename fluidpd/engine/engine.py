@@ -26,7 +26,7 @@ from fluidpd.engine.sampling import SamplingParams, TokenLogprob, sample
 from fluidpd.engine.scheduler import Scheduler
 from fluidpd.engine.sequence import Sequence, SequenceStatus
 from fluidpd.engine.tokenizer import Tokenizer
-from fluidpd.engine.weights import Checkpoint, load_checkpoint, smollm2_gguf
+from fluidpd.engine.loaders import Checkpoint, load_checkpoint, smollm2_gguf
 
 MAX_DEFAULT_LEN = 8192
 Prompt = str | list[int] | list[dict[str, str]]

@@ -17,7 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from fluidpd.engine.arena import KVArena
-from fluidpd.engine.weights import Checkpoint, ModelConfig, rope_inv_freq
+from fluidpd.engine.loaders.checkpoint import Checkpoint
+from fluidpd.engine.model_config import ModelConfig
+from fluidpd.engine.rope import rope_inv_freq
 
 
 @dataclass

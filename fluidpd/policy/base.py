@@ -2,20 +2,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from fluidpd.core.knobs import knob
 from fluidpd.core.request import Request
 from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView
+
+if TYPE_CHECKING:
+    from fluidpd.policy.costs import CostModel
+    from fluidpd.policy.fluidconfig import FluidConfig
 
 
 @dataclass(slots=True)
 class PolicyConfig:
     """Scheduling knobs shared by the policies (vLLM-style names)."""
 
-    max_num_seqs: int = 256               # decoding + admitted requests per worker
-    max_num_batched_tokens: int = 8192    # colocated prefill batch limit
-    chunk_budget: int = 512               # tokens per mixed step for `chunked` (Sarathi-Serve)
-    prefill_batch_tokens: int = 0         # DistServe's L_m (0: the world profiles it)
-    prefill_workers: int = 0              # static split: prefill instances (0 = a quarter)
+    max_num_seqs: int = knob(256, "requests decoding or admitted per worker")
+    max_num_batched_tokens: int = knob(8192, "colocated: prefill tokens per step")
+    chunk_budget: int = knob(512, "chunked: tokens per mixed step (Sarathi-Serve)")
+    prefill_batch_tokens: int = knob(0, "static-pd: DistServe's L_m (0: profiled by the world)")
+    prefill_workers: int = knob(0, "initial prefill workers of a disaggregated policy (0: a quarter)")
     tick_s: float = 0.010                 # control-plane cycle (FluidPD's 10 ms)
 
     def __post_init__(self) -> None:
@@ -33,9 +39,16 @@ class Policy:
 
     name = "policy"
     uses_tick = False
+    needs_costs = False     # built with a CostModel the world fits (see `build`)
 
     def __init__(self, config: PolicyConfig | None = None):
         self.config = config or PolicyConfig()
+
+    @classmethod
+    def build(cls, config: PolicyConfig | None = None, fluid: FluidConfig | None = None,
+              costs: CostModel | None = None) -> Policy:
+        """The policy from its config; policies that need them take the FluidPD knobs and costs."""
+        return cls(config)
 
     def roles(self, n_workers: int) -> list[Role]:
         return [Role.COLOCATED] * n_workers

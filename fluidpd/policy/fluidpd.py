@@ -11,13 +11,12 @@ one worker of each role always remains.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from fluidpd.core.polynomial import Polynomial
 from fluidpd.policy import fluidrole, routing, stepplan
 from fluidpd.policy.base import PolicyConfig
-from fluidpd.policy.fluidrole import FluidRoleConfig, RoleTransition
-from fluidpd.policy.fluidtoken import FluidToken, FluidTokenConfig
+from fluidpd.policy.costs import CostModel
+from fluidpd.policy.fluidconfig import FluidConfig
+from fluidpd.policy.fluidrole import RoleTransition
+from fluidpd.policy.fluidtoken import FluidToken
 from fluidpd.policy.static_pd import StaticPD
 from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index
 from fluidpd.policy.view import ClusterView, Role
@@ -29,51 +28,23 @@ DECODE_DEFICIT = "decode-deficit"
 OVERLOADED = "overloaded"
 
 
-@dataclass(slots=True)
-class FluidConfig:
-    """The seed's thresholds and timers (defaults documented in the README)."""
-
-    slo_ttft_s: float
-    slo_tbt_s: float
-    prefill_time: Polynomial          # f_P(s): prefill time of s tokens on a prefill worker
-    chunk_time: Polynomial            # time of s tokens fused into a one-request decode step
-    decode_ref_s: float | None = None  # the one-request decode step measured with chunk_time (if any)
-    alpha: float = 0.5                # DPI: latency vs memory weight
-    theta_d_low: float = 0.8          # borrow only while decode pressure is below this
-    theta_p_high: float = 1.5         # sustained prefill deficit ...
-    theta_d_idle: float = 0.8         # ... while decode has this much headroom
-    theta_d_high: float = 0.85        # sustained decode deficit ...
-    theta_p_idle: float = 0.5         # ... while prefill is this idle
-    tau_persist_s: float = 1.0
-    tau_residence_s: float = 5.0
-    ppi_cap: float = 10.0
-    token: FluidTokenConfig = field(default_factory=FluidTokenConfig)
-    role: FluidRoleConfig = field(default_factory=FluidRoleConfig)
-    history_s: float = 0.1            # PPI/DPI samples kept for timelines
-
-    def __post_init__(self) -> None:
-        if self.slo_ttft_s <= 0 or self.slo_tbt_s <= 0:
-            raise ValueError("SLOs must be positive")
-        if not 0 <= self.alpha <= 1:
-            raise ValueError("alpha must be in [0, 1]")
-        if self.tau_persist_s < 0 or self.tau_residence_s < 0:
-            raise ValueError("tau_persist_s and tau_residence_s must be >= 0")
-
-
 class FluidPD(StaticPD):
     """Static P/D plus FluidToken (ms) and FluidRole (s), driven by PPI and DPI."""
 
     name = "fluidpd"
     uses_tick = True
+    needs_costs = True
     use_token = True
     use_role = True
 
-    def __init__(self, config: PolicyConfig | None = None, fluid: FluidConfig | None = None):
+    def __init__(self, config: PolicyConfig | None = None, fluid: FluidConfig | None = None,
+                 costs: CostModel | None = None):
         super().__init__(config)
-        if fluid is None:
-            raise ValueError(f"{self.name} needs a FluidConfig (SLOs and fitted cost models)")
-        self.fluid = fluid
-        self.token = FluidToken(fluid.chunk_time, fluid.slo_tbt_s, fluid.token, fluid.decode_ref_s)
+        if costs is None:
+            raise ValueError(f"{self.name} needs a CostModel (SLOs and the fitted step times)")
+        self.fluid = fluid = fluid or FluidConfig()
+        self.costs = costs
+        self.token = FluidToken(costs.chunk_time, costs.slo.tbt_s, fluid.token, costs.decode_ref_s)
         self.state = BALANCED
         self.pressure = Pressure(0.0, 0.0, 0.0)
         self.history: list[tuple[float, float, float, str]] = []
@@ -81,6 +52,10 @@ class FluidPD(StaticPD):
         self.transitions: list[RoleTransition] = []
         self.forced: list[tuple[int, Role]] = []
         self._since: dict[str, float] = {}
+
+    @classmethod
+    def build(cls, config=None, fluid=None, costs=None):
+        return cls(config, fluid, costs)
 
     # --- data plane ---------------------------------------------------------------------
     def route(self, req, view):
@@ -102,9 +77,9 @@ class FluidPD(StaticPD):
 
     # --- control plane ------------------------------------------------------------------
     def tick(self, view: ClusterView) -> list:
-        f = self.fluid
-        ppi = prefill_pressure_index(view, f.prefill_time, f.slo_ttft_s, f.ppi_cap)
-        dpi = decode_pressure_index(view, f.slo_tbt_s, f.alpha, self.token.t_iter)
+        f, c = self.fluid, self.costs
+        ppi = prefill_pressure_index(view, c.prefill_time, c.slo.ttft_s, f.ppi_cap)
+        dpi = decode_pressure_index(view, c.slo.tbt_s, f.alpha, self.token.t_iter)
         self.pressure = Pressure(view.now, ppi, dpi)
         self.state = self.classify(view.now, ppi, dpi)
         if not self.history or view.now - self.history[-1][0] >= f.history_s:

@@ -1,25 +1,20 @@
-"""Policies by command-line name."""
+"""Policies by name, each built from its config (`Policy.build`)."""
 from __future__ import annotations
 
+from fluidpd.core.registry import Registry
 from fluidpd.policy.base import Policy, PolicyConfig
 from fluidpd.policy.chunked import Chunked
 from fluidpd.policy.colocated import Colocated
-from fluidpd.policy.fluidpd import FluidConfig, FluidPD, FluidTokenOnly
+from fluidpd.policy.costs import CostModel
+from fluidpd.policy.fluidconfig import FluidConfig
+from fluidpd.policy.fluidpd import FluidPD, FluidTokenOnly
 from fluidpd.policy.static_pd import StaticPD
 
-POLICIES: dict[str, type[Policy]] = {
-    Colocated.name: Colocated,
-    Chunked.name: Chunked,
-    StaticPD.name: StaticPD,
-    FluidTokenOnly.name: FluidTokenOnly,
-    FluidPD.name: FluidPD,
-}
-ELASTIC = (FluidTokenOnly.name, FluidPD.name)
+POLICIES: Registry[type[Policy]] = Registry("policy")
+for _cls in (Colocated, Chunked, StaticPD, FluidTokenOnly, FluidPD):
+    POLICIES.add(_cls.name, _cls)
 
 
-def make_policy(name: str, config: PolicyConfig | None = None, fluid: FluidConfig | None = None) -> Policy:
-    try:
-        cls = POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}") from None
-    return cls(config, fluid) if name in ELASTIC else cls(config)
+def make_policy(name: str, config: PolicyConfig | None = None, fluid: FluidConfig | None = None,
+                costs: CostModel | None = None) -> Policy:
+    return POLICIES.get(name).build(config, fluid, costs)

@@ -12,6 +12,9 @@ DPI(t) = mean_j (alpha * T_iter(j) / SLO_TBT + (1 - alpha) * K_j / K_max(j)) ove
 with T_iter the EWMA of measured decode step times. K_j, the worker's KV demand, is the blocks in
 use plus the blocks promised to hand-offs queued on it: KV that waits on a prefill worker for decode
 room is decode pressure (and can push DPI above 1), not prefill pressure.
+
+A colocated worker does both, so it counts in both pools (the indices then describe a colocated
+deployment too; the disaggregated policies have no colocated workers).
 """
 from __future__ import annotations
 
@@ -19,6 +22,10 @@ from dataclasses import dataclass
 
 from fluidpd.core.polynomial import Polynomial
 from fluidpd.policy.view import ClusterView, Role, WorkerView
+
+
+PREFILL_POOL = (Role.PREFILL, Role.COLOCATED)
+DECODE_POOL = (Role.DECODE, Role.COLOCATED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +40,7 @@ class Pressure:
 def prefill_pressure_index(view: ClusterView, prefill_time: Polynomial, slo_ttft_s: float,
                            ppi_cap: float = 10.0) -> float:
     """PPI over the prefill workers' queues (0 when there is no prefill worker and no queue)."""
-    prefill = [w for w in view.workers if w.role is Role.PREFILL]
+    prefill = [w for w in view.workers if w.role in PREFILL_POOL]
     capacity = slo_ttft_s * sum(1 for w in prefill if w.routable)
     if capacity <= 0:
         return ppi_cap if any(w.queue for w in prefill) else 0.0
@@ -52,7 +59,7 @@ def prefill_pressure_index(view: ClusterView, prefill_time: Polynomial, slo_ttft
 def decode_pressure_index(view: ClusterView, slo_tbt_s: float, alpha: float = 0.5, t_iter=None) -> float:
     """DPI over the routable decode workers (0 when there is none); `t_iter(w)` defaults to the
     worker's measured decode-step EWMA."""
-    decode = [w for w in view.workers if w.role is Role.DECODE and w.routable]
+    decode = [w for w in view.workers if w.role in DECODE_POOL and w.routable]
     if not decode:
         return 0.0
     return sum(worker_pressure(w, slo_tbt_s, alpha, t_iter) for w in decode) / len(decode)

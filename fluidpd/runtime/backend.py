@@ -28,21 +28,25 @@ worker.start)`, or `start_workers([...])` in an executor to start several at onc
 
 A KV migration is two calls on two workers: `h = await A.submit("export_kv", rid)` then
 `await B.submit("import_kv", h)`; if the import will not happen (abort), call
-`fluidpd.runtime.transfer.release(h)`. A failed import has already released the handle.
+`fluidpd.runtime.transport.release(h)`. A failed import has already released the handle.
 With ProcessWorker, the main module must be import-safe (`if __name__ == "__main__":`), as
 always with the spawn start method.
 """
 from __future__ import annotations
 
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
-from fluidpd.runtime.messages import (METHODS, RemoteError, StartInfo, WorkerClosedError, WorkerDiedError,
-                                      WorkerError, WorkerStartError)
+from fluidpd.core.registry import Registry
+from fluidpd.runtime.inprocess import InProcessWorker
+from fluidpd.runtime.messages import StartInfo
+from fluidpd.runtime.process import ProcessWorker
 
 
 @runtime_checkable
 class WorkerBackend(Protocol):
+    """One worker as the coordinator sees it: start it, submit calls to it, close it."""
+
     worker_id: int
 
     def start(self) -> StartInfo: ...
@@ -52,44 +56,18 @@ class WorkerBackend(Protocol):
     def close(self) -> None: ...
 
 
-def resolve_future(f: Future, value: Any = None, error: BaseException | None = None) -> None:
-    """Set a call's outcome unless the caller cancelled the future (the call ran anyway)."""
-    try:
-        if error is not None:
-            f.set_exception(error)
-        else:
-            f.set_result(value)
-    except InvalidStateError:
-        pass
-
-
-def failed_future(exc: BaseException) -> Future:
-    f: Future = Future()
-    f.set_exception(exc)
-    return f
+WORKERS: Registry[type[WorkerBackend]] = Registry("worker backend")
+WORKERS.add("inprocess", InProcessWorker)
+WORKERS.add("process", ProcessWorker)
 
 
 def make_worker(kind: str, worker_id: int, config, **kwargs: Any) -> WorkerBackend:
-    """"inprocess" or "process"; kwargs go to the backend's constructor."""
-    if kind in ("inprocess", "in-process", "thread"):
-        from fluidpd.runtime.inprocess import InProcessWorker
-
-        return InProcessWorker(worker_id, config, **kwargs)
-    if kind in ("process", "proc"):
-        from fluidpd.runtime.process import ProcessWorker
-
-        return ProcessWorker(worker_id, config, **kwargs)
-    raise ValueError(f"unknown worker backend {kind!r}: 'inprocess' or 'process'")
-
-
-__all__ = ["METHODS", "RemoteError", "StartInfo", "WorkerBackend", "WorkerClosedError", "WorkerDiedError",
-           "WorkerError", "WorkerStartError", "failed_future", "make_worker", "resolve_future", "start_workers"]
+    """A worker of a registered backend ("inprocess" or "process"); kwargs go to its constructor."""
+    return WORKERS.build(kind, worker_id, config, **kwargs)
 
 
 def start_workers(workers: list[WorkerBackend]) -> list[StartInfo]:
     """Start several workers at once (one thread each); on any failure close them all and raise."""
-    from concurrent.futures import ThreadPoolExecutor
-
     if not workers:
         return []
     with ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="fluidpd-start") as pool:

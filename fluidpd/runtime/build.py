@@ -1,77 +1,79 @@
-"""Build the serving runtime: profile the engine, start the workers, wire the coordinator."""
+"""Build the serving runtime: load and profile the engine, size max_model_len, start the workers."""
 from __future__ import annotations
 
 import sys
 import time
 
-from fluidpd.runtime.coordinator import Coordinator, RuntimeConfig
+from fluidpd.policy.view import blocks_for
+from fluidpd.runtime.config import RuntimeConfig
+from fluidpd.runtime.coordinator import Coordinator
+from fluidpd.runtime.profile import EngineProfile
 
 
-def engine_config(model: str = "smollm2", num_kv_blocks: int | None = None, max_model_len: int | None = None,
-                  max_num_seqs: int = 64, **kw):
-    from fluidpd.engine.config import EngineConfig
-
-    return EngineConfig(model=model, num_kv_blocks=num_kv_blocks, max_model_len=max_model_len,
-                        max_num_seqs=max_num_seqs, **kw)
+def _stderr(msg: str) -> None:
+    print(f"fluidpd: {msg}", file=sys.stderr, flush=True)
 
 
-def build_coordinator(config, runtime: RuntimeConfig, workers: int, backend: str = "process",
-                      log=None, profile=None) -> Coordinator:
-    """Start `workers` engines of `config` (a profile engine in this process first, unless a
+def serving_max_model_len(engine, runtime: RuntimeConfig, requested: int | None) -> tuple[int, str]:
+    """The longest request (prompt + output) every worker can serve, and why.
+
+    As vLLM does, the default is capped by what one worker's KV holds: for a disaggregated policy,
+    what a prefill worker's share of its arena holds. An explicit `requested` may use a worker's
+    whole KV (a prefill worker then keeps room for one such prompt); more is an error."""
+    bs, blocks = engine.config.block_size, engine.blocks.num_blocks
+    whole = blocks * bs
+    if requested is not None:
+        if requested > whole:
+            raise ValueError(f"max_model_len {requested} needs {blocks_for(requested, bs)} KV blocks per worker, "
+                             f"but a worker holds {blocks} ({whole} tokens): raise --num-kv-blocks or lower "
+                             f"--max-model-len")
+        return requested, "as requested"
+    kv = whole
+    where = f"one worker's KV ({blocks} blocks x {bs} tokens)"
+    if runtime.workers > 1 and runtime.policy not in ("colocated", "chunked"):
+        kv = int(blocks * runtime.prefill_kv_fraction) * bs
+        where = (f"a prefill worker's KV ({int(blocks * runtime.prefill_kv_fraction)} of {blocks} blocks x {bs} "
+                 f"tokens; --prefill-kv-fraction {runtime.prefill_kv_fraction:g})")
+    if engine.max_model_len <= kv:
+        return engine.max_model_len, f"the model's context ({where} holds {kv} tokens)"
+    return kv, (f"capped by {where}; the model's context is {engine.max_model_len}; "
+                f"--max-model-len up to {whole}, or more --num-kv-blocks, for longer")
+
+
+def build_coordinator(config, runtime: RuntimeConfig, model_name: str | None = None, log=None,
+                      profile: EngineProfile | None = None) -> Coordinator:
+    """Start `runtime.workers` engines of `config` (after profiling one in this process, unless a
     `profile` is given) and return the coordinator (not yet started: `await coordinator.start()`
-    inside the serving event loop)."""
+    inside the serving event loop). `model_name`: the name clients use (default: `config.model`)."""
     import torch
 
     from fluidpd.engine.engine import LLMEngine, load_model
     from fluidpd.runtime.backend import make_worker, start_workers
     from fluidpd.runtime.profile import profile_engine
 
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    if workers < 2 and runtime.policy not in ("colocated", "chunked"):
-        raise ValueError(f"policy {runtime.policy} needs at least 2 workers")
+    log = log or _stderr
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     model, tokenizer = load_model(config)
+    if tokenizer is None:
+        raise ValueError(f"serving needs a tokenizer: {config.model} has none (pass --tokenizer)")
     probe = LLMEngine(config, model=model, tokenizer=tokenizer)
+    max_len, why = serving_max_model_len(probe, runtime, config.max_model_len)
+    log(f"loaded {config.model} in {time.perf_counter() - t0:.1f} s; max_model_len {max_len}: {why}")
     if profile is None:
-        log(f"loaded {config.model} in {time.perf_counter() - t0:.1f} s; profiling step times ...")
+        log("profiling step times ...")
         profile = profile_engine(probe)
     log(f"profile: f_P(512) = {profile.prefill_time(512) * 1e3:.0f} ms, decode step "
         f"{profile.decode_step_s * 1e3:.1f} ms, L_m = {profile.prefill_batch_tokens} tokens")
     kv_blocks, block_size = probe.blocks.num_blocks, config.block_size
     kv_bytes_per_token = probe.arena.block_bytes / block_size
-    max_len = probe.max_model_len
-    shared = {"model": model, "tokenizer": tokenizer} if backend == "inprocess" else {}
+    vocab = probe.model_config.vocab_size
+    shared = {"model": model, "tokenizer": tokenizer} if runtime.backend == "inprocess" else {}
     del probe
-    backends = [make_worker(backend, i, config, **shared) for i in range(workers)]
+    backends = [make_worker(runtime.backend, i, config, **shared) for i in range(runtime.workers)]
     t1 = time.perf_counter()
     start_workers(backends)
-    log(f"started {workers} {backend} workers in {time.perf_counter() - t1:.1f} s")
-    return Coordinator(backends, tokenizer, _served_name(config.model), max_len, kv_blocks, block_size,
+    log(f"started {runtime.workers} {runtime.backend} worker(s) in {time.perf_counter() - t1:.1f} s, "
+        f"policy {runtime.policy}")
+    return Coordinator(backends, tokenizer, model_name or config.model, max_len, vocab, kv_blocks, block_size,
                        kv_bytes_per_token, profile, runtime)
-
-
-def build_runtime(args) -> Coordinator:
-    """From `fluidpd serve` arguments (model, workers, prefill_workers, policy, ttft_slo, tbt_slo,
-    max_model_len, num_kv_blocks, max_num_seqs, load_format, tokenizer, dtype, device, seed,
-    served_model_name)."""
-    opt = {k: getattr(args, k) for k in ("load_format", "tokenizer", "dtype", "device", "seed")
-           if getattr(args, k, None) is not None}
-    config = engine_config(args.model, getattr(args, "num_kv_blocks", None), getattr(args, "max_model_len", None),
-                           getattr(args, "max_num_seqs", None) or 64, **opt)
-    runtime = RuntimeConfig(policy=args.policy, prefill_workers=getattr(args, "prefill_workers", 0) or 0,
-                            ttft_slo_s=args.ttft_slo, tbt_slo_s=args.tbt_slo,
-                            max_num_seqs=getattr(args, "max_num_seqs", None) or 64)
-    coord = build_coordinator(config, runtime, args.workers, getattr(args, "backend", "process"))
-    if getattr(args, "served_model_name", None):
-        coord.model_aliases = (coord.model_name,)
-        coord.model_name = args.served_model_name
-    if args.model == "smollm2":
-        coord.model_aliases += ("smollm2",)
-    return coord
-
-
-def _served_name(model: str) -> str:
-    import os
-
-    return "SmolLM2-135M-Instruct" if model == "smollm2" else os.path.basename(os.path.normpath(model))

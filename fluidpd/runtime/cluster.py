@@ -7,6 +7,7 @@ worker backends use). FluidRole's remap is a real `resize_kv` of the worker's ar
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from fluidpd.core.metrics import MetricsCollector
@@ -16,8 +17,11 @@ from fluidpd.policy.actions import RunPhase
 from fluidpd.policy.base import Policy
 from fluidpd.policy.view import StepPlan
 from fluidpd.runtime.api import TokenEvent
+from fluidpd.runtime.messages import WorkerError
 from fluidpd.world.lifecycle import World
 from fluidpd.world.worker import WorkerState
+
+log = logging.getLogger("fluidpd.runtime")
 
 
 @dataclass(slots=True, eq=False)
@@ -34,6 +38,7 @@ class Live:
     admissions: int = 0
     aborted: bool = False
     finish_reason: str | None = None
+    error: str | None = None         # why its engine refused it
 
 
 class RuntimeCluster(World):
@@ -86,6 +91,15 @@ class RuntimeCluster(World):
             self.backends[live.engine_worker].submit("abort", live.engine_id)
         live.stream.put(TokenEvent([], reason))
 
+    def fail(self, req: Request, reason: str) -> None:
+        super().fail(req, reason)
+        live = self.live.pop(req.id, None)
+        if live is None:
+            return
+        if live.engine_worker >= 0:
+            self.backends[live.engine_worker].submit("abort", live.engine_id)
+        live.stream.put(TokenEvent([], "error", error=reason))
+
     def _close(self, live: Live, reason: str) -> None:
         self.live.pop(live.request.id, None)
         self.outstanding -= 1
@@ -117,13 +131,22 @@ class RuntimeCluster(World):
         live.engine_worker = wid
         req = live.request
         params = replace(live.params, max_tokens=req.output_len - req.generated)
-        self.backends[wid].submit("add_request", live.engine_id, live.prompt_ids + live.out_ids, params)
+        fut = self.backends[wid].submit("add_request", live.engine_id, live.prompt_ids + live.out_ids, params)
+        fut.add_done_callback(lambda f: self.loop.soon(self._admitted, live, f))
+
+    def _admitted(self, live: Live, fut) -> None:
+        exc = fut.exception()
+        if exc is not None and not isinstance(exc, WorkerError):
+            live.error = f"refused by its engine: {exc}"
 
     def _stepped(self, w: WorkerState, plan: StepPlan, fut) -> None:
         try:
             result = fut.result()
-        except Exception as exc:  # the engine failed: everything on this worker fails visibly
+        except WorkerError as exc:  # the worker is gone: everything on it fails visibly
             self._worker_failed(w, plan, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - the step did not run: it fails its culprits alone
+            self._step_refused(w, plan, exc)
             return
         stopped = set()
         by_engine = {self.live[r.id].engine_id: self.live[r.id] for r, _ in plan.chunks}
@@ -142,6 +165,18 @@ class RuntimeCluster(World):
                     live.finish_reason = "stop" if out.finish_reason == "stop" else "length"
                     live.engine_worker = -1
         self.step_end(w, plan, result.step_s, frozenset(stopped))
+
+    def _step_refused(self, w: WorkerState, plan: StepPlan, exc: Exception) -> None:
+        """The engine refused the step: the requests it refused at admission fail; if none did,
+        every request of the step is a suspect and fails (so a bad request cannot loop)."""
+        planned = [r for r, _ in plan.chunks] + (list(w.decoding.values()) if plan.decode else [])
+        culprits = [r for r in planned if self.live[r.id].error]
+        if not culprits:
+            culprits = planned
+            log.error("worker %d: step failed (%s: %s); failing its %d requests", w.id, type(exc).__name__, exc,
+                      len(planned))
+        default = f"the engine failed the step: {type(exc).__name__}: {exc}"
+        self.step_failed(w, plan, [(r, self.live[r.id].error or default) for r in culprits])
 
     def _worker_failed(self, w: WorkerState, plan: StepPlan, exc: Exception) -> None:
         self.failed = f"worker {w.id}: {type(exc).__name__}: {exc}"
@@ -163,23 +198,39 @@ class RuntimeCluster(World):
     # --- KV moves and phases ------------------------------------------------------------
     def transfer(self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg) -> None:
         live = self.live[req.id]
-        exported = self.backends[src.id].submit("export_kv", live.engine_id)
 
-        def imported(f) -> None:
-            f.result()
+        def imported(f) -> None:  # on the loop
+            if f.exception() is not None:
+                self._transfer_failed(live, src, dst, f.exception(), dst)
+                return
             live.engine_worker = dst.id
             done(arg)
 
-        def forward(f) -> None:
-            try:
-                handle = f.result()
-            except Exception as exc:
-                self.loop.soon(self._worker_failed, src, StepPlan(), exc)
+        def exported(f) -> None:  # on the source backend's thread
+            if f.exception() is not None:
+                self.loop.soon(self._transfer_failed, live, src, dst, f.exception(), src)
                 return
-            nxt = self.backends[dst.id].submit("import_kv", handle, None, live.engine_id)
+            nxt = self.backends[dst.id].submit("import_kv", f.result(), None, live.engine_id)
             nxt.add_done_callback(lambda g: self.loop.soon(imported, g))
 
-        exported.add_done_callback(forward)
+        self.backends[src.id].submit("export_kv", live.engine_id).add_done_callback(exported)
+
+    def _transfer_failed(self, live: Live, src: WorkerState, dst: WorkerState, exc: BaseException,
+                         side: WorkerState) -> None:
+        """A hand-off or migration did not complete: the request fails alone, both sides free its KV."""
+        req = live.request
+        log.error("KV move of request %d from worker %d to %d failed: %s: %s", req.id, src.id, dst.id,
+                  type(exc).__name__, exc)
+        src.held.pop(req.id, None)
+        src.free(src.blocks_of(req))
+        dst.free(dst.blocks_of(req))
+        src.transfers_out -= 1
+        dst.transfers_in -= 1
+        self.schedule(src)
+        self.schedule(dst)
+        self.fail(req, f"moving its KV from worker {src.id} to worker {dst.id} failed: {type(exc).__name__}: {exc}")
+        if isinstance(exc, WorkerError):
+            self._worker_failed(side, StepPlan(), exc)
 
     def run_phase(self, a: RunPhase, kv_blocks: int) -> None:
         if a.phase != "remap":

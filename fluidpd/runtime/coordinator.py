@@ -1,56 +1,42 @@
-"""The serving runtime: engine workers, the shared policy on the wall clock, request streams."""
+"""The serving runtime: engine workers, the shared policy on the wall clock, request streams.
+
+Every configuration, one worker included, runs here: the same `World` lifecycle and the same
+`fluidpd/policy` classes as the simulator, with steps executed on real engines.
+"""
 from __future__ import annotations
 
 import asyncio
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import replace
 
-from fluidpd.core.metrics import MetricsCollector, Slo
+from fluidpd.core.metrics import MetricsCollector
 from fluidpd.core.request import Request
-from fluidpd.policy.base import PolicyConfig
-from fluidpd.policy.fluidpd import FluidConfig, FluidPD
-from fluidpd.policy.fluidtoken import FluidTokenConfig
-from fluidpd.policy.registry import ELASTIC, make_policy
+from fluidpd.policy.costs import CostModel
+from fluidpd.policy.fluidpd import FluidPD
+from fluidpd.policy.registry import POLICIES, make_policy
+from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index
 from fluidpd.policy.view import Role, blocks_for
 from fluidpd.runtime.api import GenerationRequest
 from fluidpd.runtime.clock import RealtimeLoop
 from fluidpd.runtime.cluster import Live, RuntimeCluster
+from fluidpd.runtime.config import RuntimeConfig
 from fluidpd.runtime.profile import EngineProfile
 from fluidpd.runtime.streams import Stream
 from fluidpd.world.events import EventKind
 
 
-@dataclass(slots=True)
-class RuntimeConfig:
-    """How the cluster is run: policy, split, SLOs, the prefill role's KV share."""
-
-    policy: str = "fluidpd"
-    prefill_workers: int = 0
-    ttft_slo_s: float = 2.0
-    tbt_slo_s: float = 0.2
-    prefill_kv_fraction: float = 0.5
-    max_num_seqs: int = 64
-    fluid: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.ttft_slo_s <= 0 or self.tbt_slo_s <= 0:
-            raise ValueError("SLOs must be positive")
-        if not 0 < self.prefill_kv_fraction <= 1:
-            raise ValueError("prefill_kv_fraction must be in (0, 1]")
-
-
 class Coordinator:
     """A ServingRuntime over started worker backends (all the same model and arena size)."""
 
-    def __init__(self, backends: list, tokenizer, model_name: str, max_model_len: int, kv_blocks: int,
-                 block_size: int, kv_bytes_per_token: float, profile: EngineProfile, config: RuntimeConfig):
+    def __init__(self, backends: list, tokenizer, model_name: str, max_model_len: int, vocab_size: int,
+                 kv_blocks: int, block_size: int, kv_bytes_per_token: float, profile: EngineProfile,
+                 config: RuntimeConfig):
         self.backends, self.tokenizer, self.model_name = backends, tokenizer, model_name
-        self.max_model_len, self.config, self.profile = max_model_len, config, profile
+        self.max_model_len, self.vocab_size, self.config, self.profile = max_model_len, vocab_size, config, profile
         self.kv_blocks, self.block_size, self.kv_bytes_per_token = kv_blocks, block_size, kv_bytes_per_token
         self.cluster: RuntimeCluster | None = None
         self._ids = itertools.count()
         self.policy_name = config.policy
-        self.model_aliases: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -63,27 +49,29 @@ class Coordinator:
     # --- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         c, p = self.config, self.profile
-        pcfg = PolicyConfig(max_num_seqs=c.max_num_seqs, prefill_workers=c.prefill_workers,
-                            prefill_batch_tokens=p.prefill_batch_tokens, max_num_batched_tokens=self.max_model_len,
-                            chunk_budget=max(16, p.prefill_batch_tokens))
-        fluid = None
-        if c.policy in ELASTIC:
-            # the real engine has no context-parallel attention: long prompts are not spread
-            fluid = FluidConfig(c.ttft_slo_s, c.tbt_slo_s, p.prefill_time, p.chunk_time, p.decode_step_s,
-                                token=FluidTokenConfig(max_split=1), **c.fluid)
-        policy = make_policy(c.policy, pcfg, fluid)
-        metrics = MetricsCollector(Slo(c.ttft_slo_s, c.tbt_slo_s))
+        pcfg = replace(c.scheduling, prefill_batch_tokens=c.scheduling.prefill_batch_tokens or p.prefill_batch_tokens,
+                       max_num_batched_tokens=min(c.scheduling.max_num_batched_tokens, self.max_model_len))
+        # the real engine has no context-parallel attention: long prompts are not spread
+        fluid = replace(c.fluid, token=replace(c.fluid.token, max_split=1))
+        policy = make_policy(c.policy, pcfg, fluid, self.costs() if POLICIES.get(c.policy).needs_costs else None)
+        metrics = MetricsCollector(c.slo)
         loop = RealtimeLoop(asyncio.get_running_loop())
         self.cluster = cl = RuntimeCluster(self.backends, policy, self.kv_bytes_per_token, self.kv_blocks,
                                            metrics, self.block_size, loop, c.prefill_kv_fraction)
+        cl.prefill_kv_floor = blocks_for(self.max_model_len, self.block_size)
         for w in cl.workers:
-            if w.role is Role.PREFILL and c.prefill_kv_fraction < 1:
+            if w.role is Role.PREFILL:
                 blocks = cl.remap_blocks(w, Role.PREFILL)
-                await asyncio.wrap_future(self.backends[w.id].submit("resize_kv", blocks))
-                w.kv_blocks_total = blocks
+                if blocks != w.kv_blocks_total:
+                    await asyncio.wrap_future(self.backends[w.id].submit("resize_kv", blocks))
+                    w.kv_blocks_total = blocks
         loop.at(0.0, EventKind.SAMPLE, cl._sample, 1.0)
         if policy.uses_tick:
             loop.at(0.0, EventKind.CONTROL, cl._control)
+
+    def costs(self) -> CostModel:
+        p = self.profile
+        return CostModel(self.config.slo, p.prefill_time, p.chunk_time, p.decode_step_s)
 
     async def stop(self) -> None:
         if self.cluster is not None:
@@ -95,21 +83,23 @@ class Coordinator:
 
     # --- requests -------------------------------------------------------------------------
     def submit(self, request: GenerationRequest) -> Stream:
+        """Accept a request that can be served (ValueError otherwise: nothing is queued)."""
         cl = self._cluster()
         if cl.failed:
             raise RuntimeError(f"the runtime has failed: {cl.failed}")
-        params = request.params
-        n = len(request.prompt_token_ids)
+        ids, params = request.prompt_token_ids, request.params
+        n = len(ids)
         if n == 0:
             raise ValueError("the prompt is empty")
+        bad = next((t for t in ids if not (isinstance(t, int) and 0 <= t < self.vocab_size)), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad!r} is out of range: the vocabulary has {self.vocab_size} tokens")
         if n + params.max_tokens > self.max_model_len:
-            raise ValueError(f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds the model's "
-                             f"context length {self.max_model_len}")
-        if blocks_for(n + params.max_tokens, self.block_size) > self.kv_blocks:
-            raise ValueError(f"prompt + max_tokens needs more KV than one worker holds ({self.kv_blocks} blocks)")
+            raise ValueError(f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds max_model_len "
+                             f"{self.max_model_len}")
         req = Request(next(self._ids), cl.now, n, params.max_tokens)
         stream = Stream(request.request_id, _abort=lambda s, rid=req.id: cl.abort(rid))
-        cl.add(Live(req, list(request.prompt_token_ids), params, stream))
+        cl.add(Live(req, list(ids), params, stream))
         return stream
 
     def _cluster(self) -> RuntimeCluster:
@@ -118,40 +108,52 @@ class Coordinator:
         return self.cluster
 
     # --- admin and observability ----------------------------------------------------------
+    def pressure(self) -> Pressure:
+        """PPI and DPI: FluidPD's last control cycle, or evaluated now for any other policy."""
+        cl = self._cluster()
+        if isinstance(cl.policy, FluidPD):
+            return cl.policy.pressure
+        slo = self.config.slo
+        return Pressure(cl.now, prefill_pressure_index(cl, self.profile.prefill_time, slo.ttft_s),
+                        decode_pressure_index(cl, slo.tbt_s, self.config.fluid.alpha))
+
     def cluster_state(self) -> dict:
         cl = self._cluster()
         pol = cl.policy
-        state = {"policy": pol.name, "now_s": cl.now, "outstanding": cl.outstanding, "failed": cl.failed,
+        state = {"policy": pol.name, "model": self.model_name, "max_model_len": self.max_model_len,
+                 "now_s": cl.now, "outstanding": cl.outstanding, "failed": cl.failed,
+                 "slo": {"ttft_s": self.config.ttft_slo_s, "tbt_s": self.config.tbt_slo_s},
                  "workers": [_worker_json(w) for w in cl.workers]}
+        p = self.pressure()
+        state.update(ppi=p.ppi, dpi=p.dpi)
         if isinstance(pol, FluidPD):
-            state.update(ppi=pol.pressure.ppi, dpi=pol.pressure.dpi, state=pol.state,
-                         borrowed=pol.token.borrowed,
+            state.update(state=pol.state, borrowed=pol.token.borrowed,
                          transitions=[_transition_json(t) for t in pol.transitions[-20:]])
         return state
 
     def force_role(self, worker_id: int, role: str) -> dict:
+        """Admin: switch a worker's role (KeyError: no such worker; ValueError: it cannot switch)."""
         cl = self._cluster()
+        if not 0 <= worker_id < len(cl.workers):
+            raise KeyError(f"no worker {worker_id} (workers are 0..{len(cl.workers) - 1})")
+        if role not in (Role.PREFILL.value, Role.DECODE.value):
+            raise ValueError(f"role must be 'prefill' or 'decode', got {role!r}")
         pol = cl.policy
         if not isinstance(pol, FluidPD):
             raise ValueError(f"policy {pol.name} has no role transitions; serve with --policy fluidpd")
-        try:
-            target = Role(role)
-        except ValueError:
-            raise ValueError(f"role must be 'prefill' or 'decode', got {role!r}") from None
-        if target is Role.COLOCATED:
-            raise ValueError("role must be 'prefill' or 'decode'")
-        pol.force_role(worker_id, target, cl)
-        return {"worker": worker_id, "role": target.value, "accepted": True}
+        pol.force_role(worker_id, Role(role), cl)
+        return {"worker": worker_id, "role": role, "accepted": True}
 
     def metrics_snapshot(self) -> dict:
         cl = self._cluster()
-        state = self.cluster_state()
-        return {"num_requests_running": sum(len(w.decoding) for w in cl.workers),
-                "num_requests_waiting": sum(len(w.queue) + len(w.pulls) for w in cl.workers),
+        p = self.pressure()
+        snap = {"num_requests_running": sum(len(w.decoding) + w.num_prefilling for w in cl.workers),
+                "num_requests_waiting": sum(len(w.queue) - w.num_prefilling + len(w.pulls) for w in cl.workers),
                 "kv_cache_usage": {w.id: w.kv_blocks_used / w.kv_blocks_total for w in cl.workers},
                 "worker_role": {w.id: w.role.value for w in cl.workers},
-                "prefill_pressure_index": state.get("ppi", 0.0), "decode_pressure_index": state.get("dpi", 0.0),
-                "role_transitions_total": len(getattr(cl.policy, "transitions", []))}
+                "role_transitions_total": len(getattr(cl.policy, "transitions", [])),
+                "prefill_pressure_index": p.ppi, "decode_pressure_index": p.dpi}
+        return snap
 
 
 def _worker_json(w) -> dict:

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from fluidpd.engine.config import EngineConfig
-from fluidpd.runtime.backend import resolve_future, failed_future
+from fluidpd.runtime.futures import failed_future, resolve_future
 from fluidpd.runtime.messages import METHODS, StartInfo, WorkerClosedError
-from fluidpd.runtime.transfer import KVTransport
+from fluidpd.runtime.transport.base import KVTransport
 from fluidpd.runtime.worker_main import EngineService, build_engine, start_info
 
 _STOP = object()

@@ -3,7 +3,7 @@
 Control messages travel over a multiprocessing Pipe as plain pickles (`encode` / `decode`,
 never the torch-aware ForkingPickler: a tensor in a message is copied by value, it never turns
 into a shared-memory file descriptor). KV bytes do not travel here: they go through a
-`fluidpd.runtime.transfer.KVTransport`, and only the small `KVHandle` rides in a message.
+`fluidpd.runtime.transport.base.KVTransport`, and only the small `KVHandle` rides in a message.
 
 Errors: an exception raised inside the engine is sent back as itself (same type, same message,
 the worker's traceback attached as a note) when it pickles; otherwise as a `RemoteError` naming

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from fluidpd.engine.config import EngineConfig
-from fluidpd.runtime.backend import resolve_future, failed_future
+from fluidpd.runtime.futures import failed_future, resolve_future
 from fluidpd.runtime.messages import (METHODS, Call, Reply, Shutdown, StartFailed, Started, StartInfo,
                                       WorkerClosedError, WorkerDiedError, WorkerStartError, decode, encode)
 from fluidpd.runtime.worker_main import run_worker
@@ -249,11 +249,11 @@ def stage_weights(config: EngineConfig, path: str, checkpoint=None) -> EngineCon
     model.safetensors with the dequantised tensors in the engine's dtype, and the tokenizer as
     tokenizer.json + tokenizer_config.json); the EngineConfig that loads from there.
 
-    Pass an already loaded `checkpoint` (fluidpd.engine.weights.Checkpoint) to skip loading.
+    Pass an already loaded `checkpoint` (fluidpd.engine.loaders.Checkpoint) to skip loading.
     Building the GGUF tokenizer alone takes seconds, so it is staged too (same encodings)."""
     from safetensors.torch import save_file
 
-    from fluidpd.engine.weights import load_checkpoint
+    from fluidpd.engine.loaders import load_checkpoint
 
     ckpt = checkpoint or load_checkpoint(config.model, config.load_format, config.torch_dtype,
                                          config.seed, config.model_overrides)

@@ -20,7 +20,8 @@ from fluidpd.engine.plan import PrefillChunk, StepPlan
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.runtime.messages import (METHODS, Call, Reply, Shutdown, StartFailed, Started, StartInfo,
                                       decode, encode, portable_error)
-from fluidpd.runtime.transfer import KVHandle, KVTransport, configure_transport, get_transport
+from fluidpd.runtime.transport import configure_transport, get_transport
+from fluidpd.runtime.transport.base import KVHandle, KVTransport
 
 WARMUP_ID = "__fluidpd_warmup__"
 
@@ -160,9 +161,7 @@ def run_worker(conn, worker_id: int, config: EngineConfig, options: dict) -> Non
                                                   service.transport.name))))
         _serve(conn, service, f"worker {worker_id} (pid {os.getpid()})")
     finally:
-        close = getattr(service.transport, "close", None)
-        if close is not None:
-            close()                      # unlink this worker's pooled KV segments
+        service.transport.close()        # unlink this worker's pooled KV segments
         conn.close()
 
 

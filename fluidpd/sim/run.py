@@ -9,8 +9,9 @@ from fluidpd.latency.config import LatencyConfig
 from fluidpd.latency.fit import fit_chunk_time, fit_prefill_time
 from fluidpd.latency.roofline import RooflineModel
 from fluidpd.policy.base import PolicyConfig
-from fluidpd.policy.fluidpd import FluidConfig
-from fluidpd.policy.registry import ELASTIC, make_policy
+from fluidpd.policy.costs import CostModel
+from fluidpd.policy.fluidconfig import FluidConfig
+from fluidpd.policy.registry import POLICIES, make_policy
 from fluidpd.sim.cluster import SimCluster
 from fluidpd.sim.config import SimConfig
 from fluidpd.sim.network import Network, NetworkConfig
@@ -29,7 +30,7 @@ class Setup:
     sim: SimConfig = field(default_factory=SimConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     latency: LatencyConfig = field(default_factory=LatencyConfig)
-    fluid: dict = field(default_factory=dict)   # FluidConfig overrides (thresholds, timers)
+    fluid: FluidConfig = field(default_factory=FluidConfig)
 
     def roofline(self) -> RooflineModel:
         return RooflineModel(self.model, self.hardware, tp=self.sim.tp, config=self.latency)
@@ -38,10 +39,9 @@ class Setup:
         s = self.sim
         return roofline.kv_blocks(s.block_size, 1.0 - s.gpu_memory_utilization + s.scratch_fraction)
 
-    def fluid_config(self, roofline: RooflineModel) -> FluidConfig:
-        """FluidPD's knobs with f_P and the fused-chunk cost fitted on the latency model."""
-        return FluidConfig(self.slo.ttft_s, self.slo.tbt_s, fit_prefill_time(roofline),
-                           fit_chunk_time(roofline), **self.fluid)
+    def costs(self, roofline: RooflineModel) -> CostModel:
+        """FluidPD's cost model: f_P and the fused-chunk time fitted on the latency model."""
+        return CostModel(self.slo, fit_prefill_time(roofline), fit_chunk_time(roofline))
 
     def network(self) -> Network:
         hw = self.hardware
@@ -80,8 +80,8 @@ def simulate(trace: Trace, policy_name: str, setup: Setup, progress=None, *, kee
     policy_cfg = setup.policy
     if not policy_cfg.prefill_batch_tokens:
         policy_cfg = replace(policy_cfg, prefill_batch_tokens=prefill_saturation_tokens(roofline))
-    fluid = setup.fluid_config(roofline) if policy_name in ELASTIC else None
-    policy = make_policy(policy_name, policy_cfg, fluid)
+    costs = setup.costs(roofline) if POLICIES.get(policy_name).needs_costs else None
+    policy = make_policy(policy_name, policy_cfg, setup.fluid, costs)
     metrics = MetricsCollector(setup.slo, finished=[] if keep_requests else None)
     cluster = SimCluster(trace, policy, roofline.step_time, setup.model.kv_bytes_per_token,
                          setup.kv_blocks(roofline), setup.network(), metrics, setup.sim)

@@ -13,13 +13,13 @@ from fluidpd.workload.loaders import (
     load_mooncake,
     spread_steps,
 )
-from fluidpd.workload.registry import TRACE_NAMES, load_trace
+from fluidpd.workload.registry import TRACES, load_trace
 from fluidpd.workload.sampling import resample, sample_requests
 from fluidpd.workload.synth import fixed_lengths, phase_shift, sample_lengths, synthetic
 from fluidpd.workload.trace import Trace, compose
 
 __all__ = [
-    "DEFAULT_CLAUDE_CONCURRENCY", "DEFAULT_LENGTH_RATE", "TRACE_NAMES", "Trace", "arrival_times", "compose",
+    "DEFAULT_CLAUDE_CONCURRENCY", "DEFAULT_LENGTH_RATE", "TRACES", "Trace", "arrival_times", "compose",
     "fixed_lengths", "gamma", "load_azure", "load_claude_code", "load_csv_trace", "load_length_trace",
     "load_lengths", "load_mooncake", "load_trace", "onoff", "phase_shift", "poisson", "resample",
     "sample_lengths", "sample_requests", "spread_steps", "synthetic", "trace_dir",

@@ -6,43 +6,51 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from fluidpd.workload import loaders
+import fluidpd.workload.loaders as loaders
+from fluidpd.core.registry import Registry
 from fluidpd.workload.files import read_header, read_jsonl
 from fluidpd.workload.loaders import AZURE_COLUMNS, DEFAULT_LENGTH_RATE, LENGTH_COLUMNS, SIMPLE_COLUMNS
 from fluidpd.workload.synth import phase_shift
 from fluidpd.workload.trace import Trace
 
-TRACE_NAMES = ("azure_conv", "azure_code", "mooncake_conv", "mooncake_synth", "claude_code",
-               "sharegpt", "arxiv_sum", "bwb", "phase_shift")
-LENGTH_ONLY = ("sharegpt", "arxiv_sum", "bwb")
+# name -> load(rate, seed, **kw): a trace with its own clock is rescaled to `rate` (req/s) when given;
+# a length-only trace gets an arrival process at `rate` (default DEFAULT_LENGTH_RATE)
+TRACES: Registry[Callable[..., Trace]] = Registry("trace")
 
-_TIMED: dict[str, Callable[..., Trace]] = {
-    "azure_conv": lambda seed, **kw: loaders.load_azure(kind="conv", **kw),
-    "azure_code": lambda seed, **kw: loaders.load_azure(kind="code", **kw),
-    "mooncake_conv": lambda seed, **kw: loaders.load_mooncake(kind="conversation", seed=seed, **kw),
-    "mooncake_synth": lambda seed, **kw: loaders.load_mooncake(kind="synthetic", seed=seed, **kw),
-    "claude_code": lambda seed, **kw: loaders.load_claude_code(seed=seed, **kw),
-    "phase_shift": lambda seed, **kw: phase_shift(seed=seed, **kw),
-}
+
+def _timed(load: Callable[..., Trace]) -> Callable[..., Trace]:
+    return lambda rate, seed, **kw: _at_rate(load(seed, **kw), rate)
+
+
+def _lengths(kind: str) -> Callable[..., Trace]:
+    return lambda rate, seed, **kw: loaders.load_length_trace(kind=kind, rate=_length_rate(rate), seed=seed, **kw)
+
+
+TRACES.add("azure_conv", _timed(lambda seed, **kw: loaders.load_azure(kind="conv", **kw)))
+TRACES.add("azure_code", _timed(lambda seed, **kw: loaders.load_azure(kind="code", **kw)))
+TRACES.add("mooncake_conv", _timed(lambda seed, **kw: loaders.load_mooncake(kind="conversation", seed=seed, **kw)))
+TRACES.add("mooncake_synth", _timed(lambda seed, **kw: loaders.load_mooncake(kind="synthetic", seed=seed, **kw)))
+TRACES.add("claude_code", _timed(lambda seed, **kw: loaders.load_claude_code(seed=seed, **kw)))
+for _kind in ("sharegpt", "arxiv_sum", "bwb"):
+    TRACES.add(_kind, _lengths(_kind))
+TRACES.add("phase_shift", _timed(lambda seed, **kw: phase_shift(seed=seed, **kw)))
 
 
 def load_trace(name_or_path: str | os.PathLike, *, rate: float | None = None, seed: int = 0, **kw) -> Trace:
-    """A named workload (TRACE_NAMES) or a trace file, with `kw` passed to its loader.
+    """A named workload (TRACES) or a trace file, with `kw` passed to its loader.
 
     rate (req/s): for length-only traces, the rate of their arrival process (default DEFAULT_LENGTH_RATE = 2);
     for traces with their own clock, time is rescaled so the mean rate equals `rate` (default: as recorded).
     """
     key = str(name_or_path)
-    if key in LENGTH_ONLY:
-        return loaders.load_length_trace(kind=key, rate=_length_rate(rate), seed=seed, **kw)
-    if key in _TIMED:
-        return _at_rate(_TIMED[key](seed, **kw), rate)
+    if key in TRACES:
+        return TRACES.build(key, rate, seed, **kw)
     path = Path(name_or_path)
     if path.is_file():
         return _load_file(path, rate, seed, kw)
     if os.sep in key or "/" in key or path.suffix:
         raise FileNotFoundError(f"trace file not found: {path}")
-    raise ValueError(f"unknown trace {key!r}; valid names: {', '.join(TRACE_NAMES)} (or a path to a trace file)")
+    raise ValueError(f"unknown trace {key!r}; valid names: {', '.join(TRACES)} (or a path to a trace file)")
 
 
 def _load_file(path: Path, rate: float | None, seed: int, kw: dict) -> Trace:

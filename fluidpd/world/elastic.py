@@ -153,8 +153,10 @@ class Elastic:
 
     def remap_blocks(self, w, role: Role) -> int:
         """KV blocks a worker keeps in `role` (a prefill worker may give part of its arena to scratch)."""
-        fraction = self.prefill_kv_fraction if role is Role.PREFILL else 1.0
-        target = max(1, int(w.kv_blocks_full * fraction))
+        if role is Role.PREFILL:
+            target = min(w.kv_blocks_full, max(self.prefill_kv_floor, int(w.kv_blocks_full * self.prefill_kv_fraction)))
+        else:
+            target = w.kv_blocks_full
         if target < w.kv_blocks_used:
             raise RuntimeError(f"worker {w.id}: remap below live KV ({w.kv_blocks_used} blocks)")
         return target

@@ -32,6 +32,7 @@ class World(Elastic):
         self.timeline = Timeline(len(self.workers))
         self.spreads: dict = {}
         self.prefill_kv_fraction = 1.0
+        self.prefill_kv_floor = 1      # a prefill worker's arena keeps at least this many KV blocks
 
     @property
     def now(self) -> float:
@@ -55,7 +56,9 @@ class World(Elastic):
 
     def submit(self, req: Request, front: bool = False) -> None:
         w = self.workers[self.policy.route(req, self)]
-        if blocks_for(req.prompt_len + req.output_len, w.block_size) > w.kv_blocks_total:
+        bs = w.block_size
+        if blocks_for(req.prompt_len + req.output_len, bs) > w.kv_blocks_full or \
+                blocks_for(req.prefill_target, bs) > w.kv_blocks_total:
             self.reject(req)
             return
         w.enqueue(req, front)
@@ -97,8 +100,10 @@ class World(Elastic):
             w.busy = False
             return
         shape = StepShape()
+        w.step_growth = 0
         if plan.decode:
-            w.allocate(w.growth_blocks())
+            w.step_growth = w.growth_blocks()
+            w.allocate(w.step_growth)
             n = len(w.decoding)
             shape.add_decodes(n, w.decode_ctx_sum + n)
         for i, (req, c) in enumerate(plan.chunks):
@@ -219,6 +224,54 @@ class World(Elastic):
         d.join(req)
         self.schedule(d)
         self.schedule(src)
+
+    def step_failed(self, w: WorkerState, plan: StepPlan, culprits: list[tuple[Request, str]]) -> None:
+        """`w`'s step did not run: undo what planning it reserved, fail the culprits (the requests
+        that made it fail, each with its reason) and plan again; the others stay where they were."""
+        w.busy = False
+        w.free(w.step_growth)
+        w.step_growth = 0
+        bad = {r.id for r, _ in culprits}
+        for req, _ in plan.chunks:
+            if req.id not in bad and req.prefilled == 0 and req.worker == w.id:  # admitted by this step
+                w.num_prefilling -= 1
+                w.free(blocks_for(req.prefill_target, w.block_size))
+                req.worker = -1
+        for req, reason in culprits:
+            self.drop(req)
+            self.fail(req, reason)
+        w.join_incoming()
+        self.schedule(w)
+        self.start_pulls(w)
+
+    def drop(self, req: Request) -> None:
+        """Take `req` out of every worker (queued, prefilling, decoding, held, awaiting a pull)
+        and free its KV; not for a request whose KV is in flight between workers."""
+        for w in self.workers:
+            if req in w.queue:
+                w.dequeue(req)
+                if req.worker == w.id:
+                    w.num_prefilling -= 1
+                    w.free(blocks_for(req.prefill_target, w.block_size))
+            elif req.id in w.decoding:
+                w.leave(req)
+                w.free(w.blocks_of(req))
+            elif req in w.incoming:
+                w.incoming.remove(req)
+                w.free(w.blocks_of(req))
+            elif req.id in w.held:
+                del w.held[req.id]
+                w.free(w.blocks_of(req))
+            if req in w.pulls:
+                w.pulls.remove(req)
+                w.pull_blocks_pending -= w.blocks_of(req)
+            self.schedule(w)
+        req.worker = -1
+
+    def fail(self, req: Request, reason: str) -> None:
+        """A request that cannot go on (its engine refused it): it ends visibly, counted as a miss."""
+        self.outstanding -= 1
+        self.metrics.failed += 1
 
     def reject(self, req: Request) -> None:
         """A request whose KV can never fit in one worker fails visibly instead of waiting forever."""

@@ -22,7 +22,7 @@ class WorkerState:
         "pulls", "busy", "step_time_ewma_s", "decode_steps", "over_cum", "last_decode_end",
         "joiners", "marks", "buckets", "busy_s", "steps", "preemptions", "tokens_out",
         "role_since", "incoming", "schedule_pending", "num_prefilling", "transfers_out",
-        "transfers_in", "deferred", "kv_blocks_full",
+        "transfers_in", "deferred", "kv_blocks_full", "step_growth",
     )
 
     def __init__(self, wid: int, role: Role, node: int, kv_blocks: int, block_size: int = 16):
@@ -36,6 +36,7 @@ class WorkerState:
         self.transfers_out = 0
         self.transfers_in = 0
         self.deferred: list = []           # actions that wait for the step in flight
+        self.step_growth = 0               # KV blocks the step in flight allocated for decode growth
         self.kv_blocks_used = 0
         self.pull_blocks_pending = 0
         self.queue: deque[Request] = deque()

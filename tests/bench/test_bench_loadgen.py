@@ -103,7 +103,7 @@ def test_bench_against_fluidpd_serve(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-m", "fluidpd.cli", "serve", "--model", "smollm2", "--workers", "1",
                              "--port", str(port), "--max-model-len", "256", "--num-kv-blocks", "64",
-                             "--threads", "1", "--log-level", "warning"],
+                             "--log-level", "warning"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         _wait_healthy(url, proc)

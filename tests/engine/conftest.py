@@ -41,7 +41,7 @@ def reference(make_engine):
 def hf_smol():
     """transformers' LlamaForCausalLM from the same GGUF (test-only dependency)."""
     transformers = pytest.importorskip("transformers")
-    from fluidpd.engine.weights import smollm2_gguf
+    from fluidpd.engine.loaders import smollm2_gguf
 
     path = smollm2_gguf()
     model = transformers.AutoModelForCausalLM.from_pretrained(

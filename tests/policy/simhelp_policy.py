@@ -21,7 +21,7 @@ def run_elastic(trace, policy_cls, setup: Setup, hook=None) -> SimCluster:
     roofline = setup.roofline()
     cfg = setup.policy
     cfg.prefill_batch_tokens = prefill_saturation_tokens(roofline)
-    policy = policy_cls(cfg, setup.fluid_config(roofline))
+    policy = policy_cls(cfg, setup.fluid, setup.costs(roofline))
     c = SimCluster(trace, policy, roofline.step_time, setup.model.kv_bytes_per_token, setup.kv_blocks(roofline),
                    setup.network(), MetricsCollector(setup.slo, finished=[]), setup.sim)
     if hook:

@@ -4,16 +4,20 @@ from simhelp_policy import run_elastic, setup_70b
 
 from fluidpd.core.polynomial import Polynomial
 from fluidpd.policy import fluidpd as fp
-from fluidpd.policy.fluidpd import FluidConfig, FluidPD, FluidTokenOnly
+from fluidpd.core.metrics import Slo
+from fluidpd.policy.costs import CostModel
+from fluidpd.policy.fluidconfig import FluidConfig
+from fluidpd.policy.fluidpd import FluidPD, FluidTokenOnly
 from fluidpd.policy.view import Role
 from fluidpd.workload.synth import synthetic
 from fluidpd.workload.trace import compose
 
-CFG = FluidConfig(1.0, 0.04, Polynomial((1e-4, 0.0)), Polynomial((1e-4, 0.0)), tau_persist_s=1.0)
+CFG = FluidConfig(tau_persist_s=1.0)
+COSTS = CostModel(Slo(1.0, 0.04), Polynomial((1e-4, 0.0)), Polynomial((1e-4, 0.0)))
 
 
 def test_four_states_and_persistence():
-    pol = FluidPD(fluid=CFG)
+    pol = FluidPD(fluid=CFG, costs=COSTS)
     assert pol.classify(0.0, 0.5, 0.5) == fp.BALANCED
     assert pol.classify(0.1, 1.2, 0.3) == fp.PREFILL_SPIKE
     assert pol.classify(0.2, 2.0, 0.3) == fp.PREFILL_SPIKE        # deficit not yet persistent
@@ -28,9 +32,11 @@ def test_four_states_and_persistence():
 
 def test_config_validation_and_policy_needs_cost_models():
     with pytest.raises(ValueError):
-        FluidConfig(1.0, 0.0, CFG.prefill_time, CFG.chunk_time)
+        Slo(1.0, 0.0)
     with pytest.raises(ValueError):
-        FluidConfig(1.0, 0.04, CFG.prefill_time, CFG.chunk_time, alpha=1.5)
+        FluidConfig(alpha=1.5)
+    with pytest.raises(ValueError):
+        FluidConfig(tau_persist_s=-1)
     with pytest.raises(ValueError):
         FluidPD()
 

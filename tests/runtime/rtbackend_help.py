@@ -16,7 +16,7 @@ from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.engine import LLMEngine, load_model
 from fluidpd.engine.plan import PrefillChunk, StepPlan
 from fluidpd.engine.sampling import SamplingParams
-from fluidpd.engine.weights import load_checkpoint
+from fluidpd.engine.loaders import load_checkpoint
 
 torch.set_num_threads(1)
 

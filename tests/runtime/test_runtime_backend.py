@@ -18,7 +18,8 @@ from fluidpd.runtime.backend import WorkerBackend, start_workers
 from fluidpd.runtime.inprocess import InProcessWorker
 from fluidpd.runtime.messages import RemoteError, WorkerClosedError, WorkerDiedError, portable_error
 from fluidpd.runtime.process import ProcessWorker
-from fluidpd.runtime.transfer import leftover_segments, release
+from fluidpd.runtime.transport import release
+from fluidpd.runtime.transport.shm import leftover_segments
 from rtbackend_help import NUM_KV_BLOCKS, decode, run_to_end, smol, start_request, tiny_config
 
 torch.set_num_threads(1)

@@ -10,8 +10,9 @@ from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.engine import LLMEngine, load_model
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.runtime.api import GenerationRequest
+from fluidpd.policy.base import PolicyConfig
 from fluidpd.runtime.build import build_coordinator
-from fluidpd.runtime.coordinator import RuntimeConfig
+from fluidpd.runtime.config import RuntimeConfig
 
 torch.set_num_threads(1)
 
@@ -37,8 +38,9 @@ def reference():
 
 
 def coordinator(policy, workers, **kw):
-    return build_coordinator(CONFIG, RuntimeConfig(policy=policy, prefill_workers=1, **kw), workers,
-                             backend="inprocess", log=lambda m: None, profile=CACHE["profile"])
+    runtime = RuntimeConfig(workers=workers, policy=policy, backend="inprocess",
+                            scheduling=PolicyConfig(prefill_workers=1, max_num_seqs=16), **kw)
+    return build_coordinator(CONFIG, runtime, log=lambda m: None, profile=CACHE["profile"])
 
 
 async def serve(coord, ids, max_tokens=12, hook=None):
@@ -101,7 +103,7 @@ def test_bad_requests_are_refused_with_a_clear_error(reference):
     async def go():
         await coord.start()
         try:
-            with pytest.raises(ValueError, match="context length"):
+            with pytest.raises(ValueError, match="max_model_len"):
                 coord.submit(GenerationRequest("x", [1] * 1000, SamplingParams(max_tokens=100)))
             with pytest.raises(ValueError, match="empty"):
                 coord.submit(GenerationRequest("y", [], SamplingParams(max_tokens=4)))

@@ -1,4 +1,5 @@
-"""One real server for the server tests: LocalRuntime over SmolLM2 on CPU, uvicorn on a thread.
+"""One real server for the server tests: `fluidpd serve --workers 1` (the coordinator with one
+in-process SmolLM2 worker on CPU), uvicorn on a thread.
 
 Set FLUIDPD_TEST_RUNTIME=module:function to serve another runtime instead (e.g. the multi-worker
 coordinator): the function takes no arguments and returns a ServingRuntime (not started).
@@ -25,13 +26,11 @@ def make_runtime():
         module, _, func = spec.partition(":")
         return getattr(importlib.import_module(module), func)()
     from fluidpd.engine import EngineConfig
-    from fluidpd.runtime.local import LocalRuntime
+    from fluidpd.runtime.build import build_coordinator
+    from fluidpd.runtime.config import RuntimeConfig
 
-    try:
-        return LocalRuntime(EngineConfig(model="smollm2", max_model_len=MAX_MODEL_LEN, num_kv_blocks=NUM_KV_BLOCKS),
-                            ttft_slo=2.0, tbt_slo=0.5)
-    except FileNotFoundError as exc:
-        pytest.skip(f"SmolLM2 weights unavailable: {exc}")
+    config = EngineConfig(model="smollm2", max_model_len=MAX_MODEL_LEN, num_kv_blocks=NUM_KV_BLOCKS)
+    return build_coordinator(config, RuntimeConfig(workers=1, backend="inprocess"), log=lambda m: None)
 
 
 @pytest.fixture(scope="session")

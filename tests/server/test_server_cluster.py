@@ -7,8 +7,9 @@ import httpx
 import pytest
 
 from fluidpd.engine.config import EngineConfig
+from fluidpd.policy.base import PolicyConfig
 from fluidpd.runtime.build import build_coordinator
-from fluidpd.runtime.coordinator import RuntimeConfig
+from fluidpd.runtime.config import RuntimeConfig
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +20,9 @@ def cluster_server():
 
     torch.set_num_threads(1)
     config = EngineConfig(model="smollm2", max_model_len=512, num_kv_blocks=128, max_num_seqs=16)
-    coord = build_coordinator(config, RuntimeConfig(policy="fluidpd", prefill_workers=1, ttft_slo_s=5.0,
-                                                    tbt_slo_s=0.5), 3, backend="inprocess", log=lambda m: None)
-    coord.model_aliases = ("smollm2",)
+    runtime = RuntimeConfig(workers=3, policy="fluidpd", backend="inprocess", ttft_slo_s=5.0, tbt_slo_s=0.5,
+                            scheduling=PolicyConfig(prefill_workers=1, max_num_seqs=16))
+    coord = build_coordinator(config, runtime, "smollm2", log=lambda m: None)
     with BackgroundServer(build_app(coord)) as srv:
         srv.runtime = coord
         yield srv
@@ -43,11 +44,17 @@ def test_admin_cluster_state_and_forced_role_switch(cluster_server):
     state = httpx.get(f"{base}/v1/admin/cluster", timeout=30).json()
     assert state["policy"] == "fluidpd" and len(state["workers"]) == 3
     assert [w["role"] for w in state["workers"]] == ["prefill", "decode", "decode"]
-    r = httpx.post(f"{base}/v1/admin/workers/2/role", json={"role": "prefill"}, timeout=30)
+    # as `curl -X POST .../v1/admin/workers/2/role -d '{"role": "prefill"}'` sends it
+    r = httpx.post(f"{base}/v1/admin/workers/2/role", content=b'{"role": "prefill"}',
+                   headers={"content-type": "application/x-www-form-urlencoded"}, timeout=30)
     assert r.status_code == 200, r.text
-    for wid, body in ((1, {"role": "sideways"}), (99, {"role": "decode"})):
-        bad = httpx.post(f"{base}/v1/admin/workers/{wid}/role", json=body, timeout=30)
-        assert bad.status_code in (400, 404) and "error" in bad.json()
+    assert r.json()["worker"] == 2 and r.json()["role"] == "prefill"
+    bad = httpx.post(f"{base}/v1/admin/workers/1/role", json={"role": "sideways"}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "role"
+    for wid in (3, 99, -1):
+        missing = httpx.post(f"{base}/v1/admin/workers/{wid}/role", content=b'{"role": "decode"}', timeout=30)
+        assert missing.status_code == 404, missing.text
+        assert (missing.json()["error"]["type"], missing.json()["error"]["param"]) == ("not_found_error", "worker_id")
     deadline = time.time() + 120
     while time.time() < deadline:
         state = httpx.get(f"{base}/v1/admin/cluster", timeout=30).json()
@@ -59,3 +66,11 @@ def test_admin_cluster_state_and_forced_role_switch(cluster_server):
     assert state["workers"][2]["role"] == "prefill"
     metrics = httpx.get(f"{base}/metrics", timeout=30).text
     assert "fluidpd:worker_role" in metrics and "fluidpd:prefill_pressure_index" in metrics
+
+
+def test_the_cluster_serves_exactly_its_model_name(cluster_server):
+    base = cluster_server.url
+    assert [m["id"] for m in httpx.get(f"{base}/v1/models", timeout=30).json()["data"]] == ["smollm2"]
+    r = httpx.post(f"{base}/v1/completions", json={"model": "SmolLM2-135M-Instruct", "prompt": "Hi", "max_tokens": 1},
+                   timeout=30)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"

@@ -10,7 +10,7 @@ def tok(served):
 
 
 def _stream(tok, prompt, text, stop=(), include=False, reason="length"):
-    from fluidpd.server.protocol import IncrementalDetokenizer
+    from fluidpd.server.detokenizer import IncrementalDetokenizer
 
     d = IncrementalDetokenizer(tok, tok.encode(prompt), tuple(stop), include)
     ids = tok.encode(text, add_special_tokens=False)

@@ -1,6 +1,7 @@
 """The OpenAI API through the official `openai` client against a real server (SmolLM2 on CPU)."""
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 
@@ -135,13 +136,26 @@ def test_unknown_model_is_404(client):
     assert err.value.status_code == 404 and "gpt-4o" in err.value.body["message"]
 
 
-def test_models_lists_the_served_model(served, client):
+def test_models_lists_exactly_the_served_name(served, client):
     models = client.models.list().data
     assert [m.id for m in models] == [served.runtime.model_name]
     assert models[0].model_extra["max_model_len"] == served.runtime.max_model_len
 
 
-def test_model_aliases_are_accepted(served, client):
-    for alias in getattr(served.runtime, "model_aliases", ()):
-        r = client.completions.create(model=alias, prompt=PROMPT, max_tokens=1, temperature=0)
-        assert r.choices[0].text
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": PROMPT, "max_tokens": 1}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}),
+    ("/tokenize", {"prompt": PROMPT}),
+    ("/detokenize", {"tokens": [1, 2]}),
+])
+def test_only_the_served_name_is_accepted(served, model, path, body):
+    url = served.url + path
+    assert httpx.post(url, json=body, timeout=60).status_code == 200                  # no `model`: the served one
+    assert httpx.post(url, json={**body, "model": model}, timeout=60).status_code == 200
+    others = {"smollm2", "gpt-4o", model.lower(), model.upper(), f"models/{model}", f"{model}.gguf", f" {model}"}
+    for other in sorted(others - {model}):
+        r = httpx.post(url, json={**body, "model": other}, timeout=60)
+        assert r.status_code == 404, (other, r.text)
+        err = r.json()["error"]
+        assert (err["code"], err["param"], err["type"]) == ("model_not_found", "model", "not_found_error")
+        assert other in err["message"] and model in err["message"]

@@ -59,9 +59,44 @@ def test_admin_cluster_and_role_switch(served):
     if state["policy"] == "colocated" and len(state["workers"]) == 1:
         r = httpx.post(served.url + "/v1/admin/workers/0/role", json={"role": "decode"})
         assert r.status_code == 400
-        assert "cannot switch roles" in r.json()["error"]["message"]
+        assert "no role transitions" in r.json()["error"]["message"]
     r = httpx.post(served.url + "/v1/admin/workers/0/role", json={"role": "boss"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "role"
+
+
+@pytest.mark.parametrize("headers", [{"content-type": "application/x-www-form-urlencoded"},   # curl -d
+                                     {"content-type": "text/plain"}, {}])
+def test_admin_role_body_is_json_whatever_the_content_type(served, headers):
+    worker = httpx.get(served.url + "/v1/admin/cluster").json()["workers"][0]["id"]
+    url = f"{served.url}/v1/admin/workers/{worker}/role"
+    r = httpx.post(url, content=b'{"role": "boss"}', headers=headers)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "role" and "boss" in r.json()["error"]["message"]
+    r = httpx.post(url, content=b'{"role": "decode"}', headers=headers)
+    if r.status_code != 200:      # a runtime that cannot switch says so itself (a single colocated worker)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "role", r.text
+        assert "JSON" not in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("worker", [7, 99, -1])
+def test_admin_role_switch_of_an_unknown_worker_is_404(served, worker):
+    r = httpx.post(f"{served.url}/v1/admin/workers/{worker}/role", json={"role": "decode"})
+    assert r.status_code == 404, r.text
+    err = r.json()["error"]
+    assert (err["type"], err["param"], err["code"]) == ("not_found_error", "worker_id", 404)
+    assert f"no worker {worker}" in err["message"]
+
+
+@pytest.mark.parametrize("content, says", [(b"role=decode", "not valid JSON"), (b"", "empty"),
+                                           (b'["decode"]', "JSON object"), (b"{}", "role")])
+def test_admin_role_body_that_is_not_a_role_object_is_400(served, content, says):
+    r = httpx.post(served.url + "/v1/admin/workers/0/role", content=content,
+                   headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 400 and says in r.json()["error"]["message"], r.text
+
+
+def test_admin_role_worker_id_must_be_an_integer(served):
+    r = httpx.post(served.url + "/v1/admin/workers/abc/role", json={"role": "decode"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "worker_id"
 
 
 def test_schema_errors_are_400_openai_bodies(served, model):
@@ -109,15 +144,13 @@ def test_non_stream_disconnect_aborts_the_request(served, model):
     assert (snap["num_requests_running"], snap["num_requests_waiting"]) == (0, 0)
 
 
-def test_engine_failure_fails_requests_visibly(served, client, monkeypatch, model):
-    engine = getattr(served.runtime, "engine", None)
-    if engine is None:
-        pytest.skip("not a LocalRuntime")
+def test_engine_failure_fails_requests_visibly_and_the_runtime_carries_on(served, client, monkeypatch, model):
+    engine = served.runtime.backends[0].engine        # the in-process worker's engine
 
-    def broken_step():
+    def broken_step(plan):
         raise RuntimeError("simulated device fault")
 
-    monkeypatch.setattr(engine, "step", broken_step)
+    monkeypatch.setattr(engine, "run_step", broken_step)
     with pytest.raises(openai.InternalServerError) as err:
         client.completions.create(model=model, prompt="hi", max_tokens=2)
     assert "simulated device fault" in err.value.body["message"]
@@ -125,5 +158,8 @@ def test_engine_failure_fails_requests_visibly(served, client, monkeypatch, mode
         for _ in client.completions.create(model=model, prompt="hi", max_tokens=2, stream=True):
             pass
     monkeypatch.undo()
+    assert httpx.get(served.url + "/health").status_code == 200
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=3, temperature=0)
     assert r.choices[0].text       # the runtime serves again
+    snap = _idle(served.runtime)
+    assert all(u == 0 for u in snap["kv_cache_usage"].values())

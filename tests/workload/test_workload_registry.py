@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from fluidpd.workload import DEFAULT_LENGTH_RATE, TRACE_NAMES, load_azure, load_trace
+from fluidpd.workload import DEFAULT_LENGTH_RATE, TRACES, load_azure, load_trace
 
 
 def test_every_name_loads():
-    for name in TRACE_NAMES:
+    for name in TRACES:
         t = load_trace(name, rate=3.0)
         assert len(t) > 0 and (np.diff(t.arrival_s) >= 0).all()
         assert t.mean_rate == pytest.approx(3.0, rel=0.05), name
@@ -68,5 +68,5 @@ def test_unknown_formats_and_names(tmp_path):
 
 def test_names_are_consistent_with_loaders():
     assert load_trace("azure_conv").name == load_azure(kind="conv").name == "azure_conv"
-    assert TRACE_NAMES == ("azure_conv", "azure_code", "mooncake_conv", "mooncake_synth", "claude_code",
+    assert TRACES.names() == ("azure_conv", "azure_code", "mooncake_conv", "mooncake_synth", "claude_code",
                            "sharegpt", "arxiv_sum", "bwb", "phase_shift")

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from fluidpd.bench import experiments as ex
+import fluidpd.bench.experiments as ex
 
 
 def _positive_float(text: str) -> float:

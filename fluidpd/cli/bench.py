@@ -14,7 +14,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from fluidpd.argtypes import positive
+from fluidpd.cli.argtypes import positive
 
 DEFAULT_MAX_REQUESTS = 2000
 
@@ -22,12 +22,12 @@ DEFAULT_MAX_REQUESTS = 2000
 
 
 def register(sub) -> None:
-    from fluidpd.workload.registry import TRACE_NAMES
+    from fluidpd.workload.registry import TRACES
 
     p = sub.add_parser("bench", help="replay a trace against a running server (open loop)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000 (loopback only)")
-    p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACE_NAMES)}, or a file")
+    p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACES)}, or a file")
     p.add_argument("--rate-scale", type=positive(float), default=1.0, help="compress time by X")
     p.add_argument("--duration", type=positive(float), default=60.0,
                    help="replay the trace's first SEC seconds (after rate scaling; default 60)")

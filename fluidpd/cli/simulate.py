@@ -8,42 +8,38 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from fluidpd.argtypes import positive
 from fluidpd.bench.report import print_table, write_json
+from fluidpd.cli.argtypes import positive
+from fluidpd.core.knobs import add_flags, flag_values
 from fluidpd.core.metrics import Slo
 from fluidpd.policy.base import PolicyConfig
+from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.policy.registry import POLICIES
 from fluidpd.sim.config import SimConfig
 from fluidpd.sim.goodput import goodput_rate_scale
 from fluidpd.sim.run import Setup, SimResult, simulate
 from fluidpd.specs.hardware import HARDWARE_NAMES, get_hardware
 from fluidpd.specs.models import DTYPES, MODEL_NAMES, get_model
-from fluidpd.workload.registry import TRACE_NAMES, load_trace
+from fluidpd.workload.registry import TRACES, load_trace
 from fluidpd.workload.trace import Trace
 
 
-
-
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
+    """The simulated cluster: model, GPU, SLOs and the knobs of SimConfig, PolicyConfig, FluidConfig."""
     p.add_argument("--model", required=True, choices=MODEL_NAMES)
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
     p.add_argument("--gpu", required=True, choices=HARDWARE_NAMES)
-    p.add_argument("--workers", type=positive(int), default=8, help="engine instances")
-    p.add_argument("--tp", type=positive(int), default=1, help="GPUs per worker (tensor parallel)")
-    p.add_argument("--prefill-workers", type=int, default=0, help="static split (0: a quarter)")
     p.add_argument("--ttft-slo", type=positive(float), required=True, help="seconds")
     p.add_argument("--tbt-slo", type=positive(float), required=True, help="seconds")
-    p.add_argument("--chunk-budget", type=positive(int), default=512, help="tokens per step for chunked")
-    p.add_argument("--max-num-seqs", type=positive(int), default=256)
-    p.add_argument("--gpu-memory-utilization", type=positive(float), default=0.95)
-    p.add_argument("--jitter-cv", type=float, default=0.0, help="step-time noise (coefficient of variation)")
-    p.add_argument("--seed", type=int, default=0)
+    add_flags(p, SimConfig)
+    add_flags(p, PolicyConfig)
+    add_flags(p, FluidConfig)
 
 
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="compare policies on a simulated cluster",
                        description=__doc__)
-    p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACE_NAMES)}, or a file")
+    p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACES)}, or a file")
     p.add_argument("--policy", required=True, help=f"comma-separated: {', '.join(POLICIES)}")
     add_cluster_args(p)
     p.add_argument("--rate-scale", type=positive(float), default=1.0, help="compress time by X")
@@ -63,12 +59,9 @@ def parse_policies(text: str) -> list[str]:
 
 
 def setup_from_args(args) -> Setup:
-    sim = SimConfig(n_workers=args.workers, tp=args.tp, seed=args.seed,
-                    gpu_memory_utilization=args.gpu_memory_utilization, step_jitter_cv=args.jitter_cv)
-    policy = PolicyConfig(prefill_workers=args.prefill_workers, chunk_budget=args.chunk_budget,
-                          max_num_seqs=args.max_num_seqs)
-    return Setup(get_model(args.model, args.dtype), get_hardware(args.gpu),
-                 Slo(args.ttft_slo, args.tbt_slo), sim, policy)
+    return Setup(get_model(args.model, args.dtype), get_hardware(args.gpu), Slo(args.ttft_slo, args.tbt_slo),
+                 SimConfig(**flag_values(args, SimConfig)), PolicyConfig(**flag_values(args, PolicyConfig)),
+                 fluid=FluidConfig(**flag_values(args, FluidConfig)))
 
 
 def shaped(trace: Trace, rate_scale: float, duration: float | None) -> Trace:
@@ -105,7 +98,7 @@ def run(args) -> int:
                 start=args.rate_scale)
         results.append(result)
         rows.append(row)
-    title = (f"{args.trace} x{args.rate_scale:g}: {len(trace)} requests, {args.workers} x {args.gpu} "
+    title = (f"{args.trace} x{args.rate_scale:g}: {len(trace)} requests, {args.n_workers} x {args.gpu} "
              f"{args.model} {args.dtype}, SLO TTFT {args.ttft_slo}s TBT {args.tbt_slo * 1e3:g}ms")
     print_table(rows, title)
     if args.out:

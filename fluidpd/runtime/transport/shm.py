@@ -1,21 +1,11 @@
-"""Moving a request's KV between workers: `KVHandle`s and `KVTransport`s.
+"""The "shm" KV transport: one host, across processes, KV blocks in POSIX shared memory.
 
-The exporting worker turns the engine's `KVPayload` into a small picklable `KVHandle`
-(`send`), the coordinator forwards the handle, and the importing worker turns it back into a
-`KVPayload` (`receive`) and imports it; `release` frees whatever the handle holds. Exactly one
-`release` per handle ends its life: the importer calls it after the import (success or not), the
-coordinator calls it on the abort path (the handle will never be imported). It is idempotent.
-
-Transports:
-  * `SharedMemoryTransport` ("shm", one host, across processes): `send` writes the payload's
-    stacked `blocks` tensor into a fresh POSIX shared-memory segment (one memcpy); `receive`
-    maps the segment and wraps it zero-copy (a tensor over the mapping, via numpy so that the
-    mapping outlives every view: `torch.frombuffer` does not pin it, and unmapping under a live
-    view would crash); the engine's import is then the only copy on that side; `release`
-    unlinks the segment. Optionally (`pool_bytes`) the exporter reuses a pool of segments
-    instead: no fresh pages per transfer; `release` then marks the segment free.
-  * `LocalTransport` ("local", one process): the handle carries the payload itself.
-A multi-node transport (RDMA, TCP) implements the same three calls with its own handle kind.
+`send` writes the payload's stacked `blocks` tensor into a fresh shared-memory segment (one
+memcpy); `receive` maps the segment and wraps it zero-copy (a tensor over the mapping, via numpy
+so that the mapping outlives every view: `torch.frombuffer` does not pin it, and unmapping under
+a live view would crash); the engine's import is then the only copy on that side; `release`
+unlinks the segment. Optionally (`pool_bytes`) the exporter reuses a pool of segments instead:
+no fresh pages per transfer; `release` then marks the segment free.
 
 Segments are named `fpkv_<pid>_<n>_<random>` under /dev/shm. A one-shot handle that is neither
 imported nor released keeps its segment until the multiprocessing resource tracker cleans it up when the
@@ -31,113 +21,19 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from multiprocessing import shared_memory
-from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from fluidpd.engine.kv_transfer import KVLayout, KVPayload
+from fluidpd.engine.kv_transfer import KVPayload
+from fluidpd.runtime.transport.base import KVHandle, KVTransport, to_handle, to_payload, torch_dtype
 
 SHM_PREFIX = "fpkv_"
 SHM_DIR = "/dev/shm"
 HEADER = 64                  # bytes before the blocks in a pooled segment
 POOL_ROUND = 1 << 20        # pooled segment capacities are whole MiB
 _RECV_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-
-
-@dataclass
-class KVHandle:
-    """A KV payload in flight: where its blocks are, plus every other field of the KVPayload."""
-
-    transport: str                        # "shm" | "local" | another transport's name
-    request_id: str
-    token_ids: list[int]
-    prompt_len: int
-    num_computed: int
-    layout: KVLayout
-    params: Any                           # fluidpd.engine.SamplingParams
-    shape: tuple[int, ...]                # of the stacked blocks tensor
-    dtype: str                            # torch dtype name, e.g. "float32"
-    nbytes: int
-    name: str | None = None               # shm segment name (None when there are no blocks)
-    offset: int = 0                       # of the blocks in the segment
-    generation: int = 0                   # pooled segment: its generation for this handle (0: one-shot)
-    generator_state: torch.Tensor | None = None
-    logprobs: list | None = None
-    num_preemptions: int = 0
-    meta: dict = field(default_factory=dict)
-    timings: dict = field(default_factory=dict)   # seconds: "export_s" (engine), "send_s" (transport)
-    payload: KVPayload | None = field(default=None, repr=False)   # LocalTransport only
-
-    @property
-    def num_blocks(self) -> int:
-        return self.shape[0] if self.shape else 0
-
-    @property
-    def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.prompt_len:]
-
-
-class KVTransport(Protocol):
-    name: str
-
-    def send(self, payload: KVPayload) -> KVHandle:
-        """Make `payload` available to another worker; the handle is small and picklable."""
-
-    def receive(self, handle: KVHandle) -> KVPayload:
-        """The payload behind `handle` (its blocks may view transport memory until `release`)."""
-
-    def release(self, handle: KVHandle) -> None:
-        """Free what `handle` holds; idempotent; safe to call whether or not it was received."""
-
-
-def _torch_dtype(name: str) -> torch.dtype:
-    dt = getattr(torch, name, None)
-    if not isinstance(dt, torch.dtype):
-        raise ValueError(f"unknown torch dtype {name!r} in KV handle")
-    return dt
-
-
-def _dtype_name(dt: torch.dtype) -> str:
-    return str(dt).removeprefix("torch.")
-
-
-def _handle(p: KVPayload, transport: str, **kw: Any) -> KVHandle:
-    b = p.blocks
-    return KVHandle(
-        transport=transport, request_id=p.request_id, token_ids=list(p.token_ids),
-        prompt_len=p.prompt_len, num_computed=p.num_computed, layout=p.layout,
-        params=p.params, shape=tuple(b.shape), dtype=_dtype_name(b.dtype), nbytes=p.nbytes,
-        generator_state=p.generator_state, logprobs=p.logprobs,
-        num_preemptions=p.num_preemptions, meta=dict(p.meta), **kw)
-
-
-def _payload(handle: KVHandle, blocks: torch.Tensor) -> KVPayload:
-    return KVPayload(
-        request_id=handle.request_id, token_ids=list(handle.token_ids), prompt_len=handle.prompt_len,
-        num_computed=handle.num_computed, blocks=blocks, layout=handle.layout, params=handle.params,
-        generator_state=handle.generator_state, logprobs=handle.logprobs,
-        num_preemptions=handle.num_preemptions, meta=dict(handle.meta))
-
-
-class LocalTransport:
-    """Same process: the handle carries the payload (no copy)."""
-
-    name = "local"
-
-    def send(self, payload: KVPayload) -> KVHandle:
-        return _handle(payload, self.name, payload=payload)
-
-    def receive(self, handle: KVHandle) -> KVPayload:
-        if handle.payload is None:
-            raise ValueError(f"local KV handle of {handle.request_id!r} carries no payload "
-                             "(already released, or it crossed a process boundary)")
-        return handle.payload
-
-    def release(self, handle: KVHandle) -> None:
-        handle.payload = None
 
 
 class _PoolSegment:
@@ -154,7 +50,7 @@ class _PoolSegment:
         _unlink(self.shm)
 
 
-class SharedMemoryTransport:
+class SharedMemoryTransport(KVTransport):
     """One host, any processes: KV blocks in POSIX shared memory (/dev/shm).
 
     One-shot segments (the default): `send` creates a segment per handle, `release` unlinks it.
@@ -195,7 +91,7 @@ class SharedMemoryTransport:
             src = src.cpu()
         nbytes = src.numel() * src.element_size()
         if nbytes == 0:
-            return _handle(payload, self.name, timings={"send_s": time.perf_counter() - t0})
+            return to_handle(payload, self.name, timings={"send_s": time.perf_counter() - t0})
         seg, gen = self._acquire(nbytes) if self.pool_bytes else (None, 0)
         if seg is not None:
             try:
@@ -203,7 +99,7 @@ class SharedMemoryTransport:
             except BaseException:
                 seg.header[0] = 0
                 raise
-            return _handle(payload, self.name, name=seg.shm.name, offset=HEADER, generation=gen,
+            return to_handle(payload, self.name, name=seg.shm.name, offset=HEADER, generation=gen,
                            timings={"send_s": time.perf_counter() - t0})
         shm = shared_memory.SharedMemory(name=self._new_name(), create=True, size=nbytes)
         try:
@@ -213,7 +109,7 @@ class SharedMemoryTransport:
             raise
         name = shm.name
         _close(shm)
-        return _handle(payload, self.name, name=name, timings={"send_s": time.perf_counter() - t0})
+        return to_handle(payload, self.name, name=name, timings={"send_s": time.perf_counter() - t0})
 
     def _acquire(self, nbytes: int) -> tuple[_PoolSegment | None, int]:
         """A free pooled segment of at least `nbytes` (made or reused), marked busy; (None, 0) if
@@ -247,9 +143,9 @@ class SharedMemoryTransport:
     # ------------------------------------------------------------------ receive
     def receive(self, handle: KVHandle) -> KVPayload:
         self._check(handle)
-        dtype = _torch_dtype(handle.dtype)
+        dtype = torch_dtype(handle.dtype)
         if handle.name is None:
-            return _payload(handle, torch.empty(handle.shape, dtype=dtype))
+            return to_payload(handle, torch.empty(handle.shape, dtype=dtype))
         if handle.generation:
             buf = self._pooled_map(handle.name)
             _check_size(handle, len(buf) - handle.offset)
@@ -270,7 +166,7 @@ class SharedMemoryTransport:
                 self._attached[handle.name] = seg
             _check_size(handle, seg.size)
             buf = seg.buf
-        return _payload(handle, _view(buf, handle.nbytes, dtype, handle.shape, handle.offset))
+        return to_payload(handle, _view(buf, handle.nbytes, dtype, handle.shape, handle.offset))
 
     def _pooled_map(self, name: str) -> mmap.mmap:
         with self._lock:
@@ -372,42 +268,6 @@ def _close(seg: shared_memory.SharedMemory) -> None:
         # a tensor still views the mapping (e.g. one held by a traceback): leave it mapped, the
         # name is already gone so nothing leaks in /dev/shm; it is unmapped when the views die
         pass
-
-
-_TRANSPORTS: dict[str, KVTransport] = {}
-_TRANSPORTS_LOCK = threading.Lock()
-TRANSPORT_CLASSES: dict[str, type] = {"shm": SharedMemoryTransport, "local": LocalTransport}
-
-
-def get_transport(name: str) -> KVTransport:
-    """This process's transport of that kind (one instance per process and kind)."""
-    with _TRANSPORTS_LOCK:
-        t = _TRANSPORTS.get(name)
-        if t is None:
-            cls = TRANSPORT_CLASSES.get(name)
-            if cls is None:
-                raise ValueError(f"unknown KV transport {name!r}: known {sorted(TRANSPORT_CLASSES)}")
-            t = _TRANSPORTS[name] = cls()
-        return t
-
-
-def configure_transport(name: str, **kwargs: Any) -> KVTransport:
-    """Replace this process's transport of that kind by one built with `kwargs` (the old one is
-    closed), e.g. configure_transport("shm", pool_bytes=512 << 20)."""
-    cls = TRANSPORT_CLASSES.get(name)
-    if cls is None:
-        raise ValueError(f"unknown KV transport {name!r}: known {sorted(TRANSPORT_CLASSES)}")
-    t = cls(**kwargs)
-    with _TRANSPORTS_LOCK:
-        old, _TRANSPORTS[name] = _TRANSPORTS.get(name), t
-    if old is not None and hasattr(old, "close"):
-        old.close()
-    return t
-
-
-def release(handle: KVHandle) -> None:
-    """Free a handle that will not be imported (the coordinator's abort path); idempotent."""
-    get_transport(handle.transport).release(handle)
 
 
 def segment_generation(name: str) -> int:

@@ -1,4 +1,4 @@
-"""LocalRuntime through the ServingRuntime protocol, without HTTP (on the server's event loop)."""
+"""The one-worker runtime through the ServingRuntime protocol, without HTTP (on the server's event loop)."""
 from __future__ import annotations
 
 import asyncio
@@ -10,16 +10,12 @@ from fluidpd.runtime.api import GenerationRequest
 
 @pytest.fixture()
 def local(served):
-    from fluidpd.runtime.local import LocalRuntime
-
-    if not isinstance(served.runtime, LocalRuntime):
-        pytest.skip("LocalRuntime only")
     rt = served.runtime
 
     def run(coro_fn, timeout_s: float = 60.0):
         async def wrapped():
             return await coro_fn(rt)
-        return asyncio.run_coroutine_threadsafe(wrapped(), rt._loop).result(timeout_s)
+        return asyncio.run_coroutine_threadsafe(wrapped(), rt.cluster.loop.aloop).result(timeout_s)
     return rt, run
 
 
@@ -56,7 +52,8 @@ def test_submit_rejects_what_can_never_run(local):
         return errors
 
     errors = run(go)
-    assert len(errors) == 3 and "max_model_len" in errors[0]
+    assert len(errors) == 3 and "max_model_len" in errors[0] and "empty" in errors[1]
+    assert "10000000000" not in errors[2] and "1000000000" in errors[2] and "vocabulary" in errors[2]
 
 
 def test_abort_ends_the_stream(local):
@@ -82,7 +79,10 @@ def test_cluster_state_and_force_role(local):
     state = rt.cluster_state()
     assert state["policy"] == "colocated" and len(state["workers"]) == 1
     assert state["workers"][0]["role"] == "colocated"
-    with pytest.raises(ValueError, match="cannot switch roles"):
+    with pytest.raises(ValueError, match="no role transitions"):
         rt.force_role(0, "prefill")
+    with pytest.raises(KeyError):
+        rt.force_role(1, "prefill")
     snap = rt.metrics_snapshot()
-    assert {"num_requests_running", "num_requests_waiting", "workers"} <= set(snap)
+    assert {"num_requests_running", "num_requests_waiting", "kv_cache_usage", "worker_role"} <= set(snap)
+    assert snap["prefill_pressure_index"] >= 0 and snap["decode_pressure_index"] >= 0

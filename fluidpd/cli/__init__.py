@@ -1,0 +1,36 @@
+"""The `fluidpd` command line: one module per subcommand, registered by name, loaded on use."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from fluidpd.core.registry import Registry
+
+# subcommand -> module exposing `register(subparsers)`, which sets `func` on its parser
+COMMANDS: Registry[str] = Registry("command")
+for _name in ("serve", "simulate", "experiment", "bench", "generate"):
+    COMMANDS.add(_name, f"fluidpd.cli.{_name}")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own errors also exit 2, with our prefix
+        self.print_usage(sys.stderr)
+        self.exit(2, f"fluidpd: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="fluidpd", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(COMMANDS.get(name)).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"fluidpd {args.command}: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,142 @@
+"""GGUF files (llama.cpp): metadata to ModelConfig, tensors dequantised and renamed to HF names."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import torch
+
+from fluidpd.engine.loaders.checkpoint import LOADERS, Checkpoint
+from fluidpd.engine.model_config import ARCHITECTURES, ModelConfig
+
+GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1")
+GGUF_NAMES = [
+    (r"token_embd\.weight", "model.embed_tokens.weight"),
+    (r"output_norm\.weight", "model.norm.weight"),
+    (r"output\.weight", "lm_head.weight"),
+    (r"blk\.(\d+)\.attn_norm\.weight", "model.layers.{}.input_layernorm.weight"),
+    (r"blk\.(\d+)\.ffn_norm\.weight", "model.layers.{}.post_attention_layernorm.weight"),
+    (r"blk\.(\d+)\.attn_q\.(weight|bias)", "model.layers.{}.self_attn.q_proj.{}"),
+    (r"blk\.(\d+)\.attn_k\.(weight|bias)", "model.layers.{}.self_attn.k_proj.{}"),
+    (r"blk\.(\d+)\.attn_v\.(weight|bias)", "model.layers.{}.self_attn.v_proj.{}"),
+    (r"blk\.(\d+)\.attn_output\.weight", "model.layers.{}.self_attn.o_proj.weight"),
+    (r"blk\.(\d+)\.ffn_gate\.weight", "model.layers.{}.mlp.gate_proj.weight"),
+    (r"blk\.(\d+)\.ffn_up\.weight", "model.layers.{}.mlp.up_proj.weight"),
+    (r"blk\.(\d+)\.ffn_down\.weight", "model.layers.{}.mlp.down_proj.weight"),
+]
+_GGUF_RE = [(re.compile(p + r"$"), n) for p, n in GGUF_NAMES]
+
+
+def gguf_to_hf_name(name: str) -> str | None:
+    for pat, fmt in _GGUF_RE:
+        m = pat.match(name)
+        if m:
+            return fmt.format(*m.groups())
+    return None
+
+
+def gguf_field(reader, key: str, default: Any = None) -> Any:
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def gguf_model_config(reader) -> ModelConfig:
+    arch = gguf_field(reader, "general.architecture")
+    if arch not in ARCHITECTURES:
+        raise ValueError(
+            f"unknown architecture {arch!r} in GGUF (general.architecture); supported: {sorted(ARCHITECTURES)}"
+        )
+    g = lambda key, default=None: gguf_field(reader, f"{arch}.{key}", default)  # noqa: E731
+    hidden, heads = int(g("embedding_length")), int(g("attention.head_count"))
+    kv_heads = g("attention.head_count_kv", heads)
+    if isinstance(kv_heads, list):
+        raise ValueError("GGUF with per-layer head_count_kv is not supported")
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    vocab = g("vocab_size") or (len(tokens.data) if tokens is not None else None)
+    if vocab is None:
+        vocab = next(t for t in reader.tensors if t.name == "token_embd.weight").shape[1]
+    scaling = None
+    stype = g("rope.scaling.type")
+    if stype == "linear":
+        scaling = {"rope_type": "linear", "factor": float(g("rope.scaling.factor"))}
+    elif stype not in (None, "none"):
+        raise ValueError(f"unsupported rope scaling type {stype!r} in GGUF")
+    eos = gguf_field(reader, "tokenizer.ggml.eos_token_id")
+    names = {t.name for t in reader.tensors}
+    return ModelConfig(
+        architecture=ARCHITECTURES[arch],
+        vocab_size=int(vocab),
+        hidden_size=hidden,
+        intermediate_size=int(g("feed_forward_length")),
+        num_layers=int(g("block_count")),
+        num_heads=heads,
+        num_kv_heads=int(kv_heads),
+        head_dim=int(g("attention.key_length") or g("rope.dimension_count") or hidden // heads),
+        rms_norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_theta=float(g("rope.freq_base", 10000.0)),
+        rope_scaling=scaling,
+        max_position_embeddings=int(g("context_length", 4096)),
+        tie_word_embeddings="output.weight" not in names,
+        attention_bias="blk.0.attn_q.bias" in names,
+        bos_token_id=gguf_field(reader, "tokenizer.ggml.bos_token_id"),
+        eos_token_ids=() if eos is None else (int(eos),),
+    )
+
+
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's HF->GGUF Q/K row permutation (interleaved -> half-split RoPE)."""
+    rows = w.shape[0]
+    rest = w.shape[1:]
+    return w.reshape(n_head, rows // n_head // 2, 2, *rest).swapaxes(1, 2).reshape(w.shape)
+
+
+def dequantize_tensor(t) -> np.ndarray:
+    from gguf.quants import dequantize
+
+    kind = t.tensor_type.name
+    if kind not in GGUF_TYPES:
+        raise ValueError(f"GGUF tensor {t.name}: type {kind} not supported (supported: {GGUF_TYPES})")
+    arr = dequantize(t.data, t.tensor_type)
+    return arr.reshape([int(x) for x in reversed(t.shape)])
+
+
+@LOADERS.register("gguf")
+def load_gguf(path: str, dtype: torch.dtype = torch.float32, *, seed: int = 0,
+              overrides: dict[str, Any] | None = None) -> Checkpoint:
+    """Dequantised tensors under HF names, Q/K rows unpermuted; the tokenizer from the same reader."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"GGUF file not found: {path!r}")
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    cfg = gguf_model_config(reader)
+    permuted = gguf_field(reader, "general.architecture") in ("llama", "mistral")
+    tensors: dict[str, torch.Tensor] = {}
+    rope_freqs = None
+    for t in reader.tensors:
+        if t.name == "rope_freqs.weight":
+            rope_freqs = torch.from_numpy(dequantize_tensor(t).astype(np.float32).copy())
+            continue
+        name = gguf_to_hf_name(t.name)
+        if name is None:
+            continue
+        arr = dequantize_tensor(t)
+        if permuted and ".q_proj." in name:
+            arr = unpermute_qk(arr, cfg.num_heads)
+        elif permuted and ".k_proj." in name:
+            arr = unpermute_qk(arr, cfg.num_kv_heads)
+        if not arr.flags.writeable or arr.dtype != np.float32:  # F32 tensors are views of the mmap
+            arr = np.array(arr, dtype=np.float32)
+        tensors[name] = torch.from_numpy(np.ascontiguousarray(arr)).to(dtype)
+    if rope_freqs is not None:  # llama3 scaling baked into a tensor: keep it, mark the config
+        cfg = ModelConfig(**{**asdict(cfg), "rope_scaling": {"rope_type": "llama3", "from_gguf": True}}) \
+            if cfg.rope_scaling is None else cfg
+    from fluidpd.engine.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_gguf(path, reader=reader) if "tokenizer.ggml.tokens" in reader.fields else None
+    return Checkpoint(cfg, tensors, tokenizer_source=path if tokenizer else None, rope_freqs=rope_freqs,
+                      tokenizer=tokenizer,
+                      meta={"format": "gguf", "path": path, "file_type": gguf_field(reader, "general.file_type")})

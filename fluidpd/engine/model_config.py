@@ -1,0 +1,143 @@
+"""ModelConfig: the shape of a Llama-family decoder, and its Hugging Face config.json spelling."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+ARCHITECTURES = {  # GGUF general.architecture / HF model_type -> our family member
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "qwen2",
+}
+HF_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+}
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape of a Llama-family decoder."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None
+    max_position_embeddings: int = 4096
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False     # q/k/v biases (Qwen2)
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.architecture not in set(ARCHITECTURES.values()):
+            raise ValueError(f"unknown architecture {self.architecture!r}: supported {sorted(ARCHITECTURES)}")
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
+                     "num_heads", "num_kv_heads", "head_dim", "max_position_embeddings"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"model config: {name} must be >= 1, got {getattr(self, name)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        rope_type = (self.rope_scaling or {}).get("rope_type", "default")
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(f"unsupported rope scaling type {rope_type!r}: supported {ROPE_TYPES}")
+
+    @classmethod
+    def from_hf(cls, cfg: dict[str, Any]) -> ModelConfig:
+        """From a Hugging Face config.json dict (transformers 4.x or 5.x spelling)."""
+        arch = _hf_architecture(cfg)
+        rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+        theta = float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0)))
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        scaling = None
+        if rope_type != "default":
+            scaling = {k: v for k, v in rope.items() if k not in ("rope_theta", "type")}
+            scaling["rope_type"] = rope_type
+        heads = int(cfg["num_attention_heads"])
+        eos = cfg.get("eos_token_id")
+        eos = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+        return cls(
+            architecture=arch,
+            vocab_size=int(cfg["vocab_size"]),
+            hidden_size=int(cfg["hidden_size"]),
+            intermediate_size=int(cfg["intermediate_size"]),
+            num_layers=int(cfg["num_hidden_layers"]),
+            num_heads=heads,
+            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or cfg["hidden_size"] // heads),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
+            rope_theta=theta,
+            rope_scaling=scaling,
+            max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            attention_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
+            bos_token_id=cfg.get("bos_token_id"),
+            eos_token_ids=eos,
+        )
+
+    def to_hf(self) -> dict[str, Any]:
+        """A config.json dict that transformers reads back as the same model."""
+        d: dict[str, Any] = {
+            "architectures": ["Qwen2ForCausalLM" if self.architecture == "qwen2" else "LlamaForCausalLM"],
+            "model_type": self.architecture,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": dict(self.rope_scaling) if self.rope_scaling else None,
+            "max_position_embeddings": self.max_position_embeddings,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "hidden_act": "silu",
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": list(self.eos_token_ids) if self.eos_token_ids else None,
+        }
+        if self.architecture == "llama":
+            d["attention_bias"] = self.attention_bias
+        return d
+
+    def num_params(self) -> int:
+        h, d = self.hidden_size, self.head_dim
+        qkv = h * d * (self.num_heads + 2 * self.num_kv_heads)
+        bias = d * (self.num_heads + 2 * self.num_kv_heads) if self.attention_bias else 0
+        layer = qkv + bias + self.num_heads * d * h + 3 * h * self.intermediate_size + 2 * h
+        emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * layer + emb + h
+
+
+def _hf_architecture(cfg: dict[str, Any]) -> str:
+    archs = cfg.get("architectures") or []
+    for a in archs:
+        if a in HF_ARCHITECTURES:
+            return HF_ARCHITECTURES[a]
+    mt = cfg.get("model_type")
+    if not archs and mt in ARCHITECTURES:
+        return ARCHITECTURES[mt]
+    raise ValueError(
+        f"unknown architecture {archs or mt!r} in config.json; supported: {sorted(HF_ARCHITECTURES)}"
+    )
+
+
+def read_hf_config(path: str) -> dict[str, Any]:
+    file = path if path.endswith(".json") else os.path.join(path, "config.json")
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"config.json not found: {file!r}")
+    with open(file) as f:
+        return json.load(f)

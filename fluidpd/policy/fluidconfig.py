@@ -1,0 +1,34 @@
+"""FluidPD's thresholds and timers (the seed's decision logic), as one typed config."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fluidpd.core.knobs import knob
+from fluidpd.policy.fluidrole import FluidRoleConfig
+from fluidpd.policy.fluidtoken import FluidTokenConfig
+
+
+@dataclass(slots=True)
+class FluidConfig:
+    """The seed's thresholds and timers (defaults documented in the README)."""
+
+    alpha: float = knob(0.5, "DPI: weight of step latency vs KV use")
+    theta_d_low: float = knob(0.8, "FluidToken borrows only while DPI is below this")
+    theta_p_high: float = knob(1.5, "sustained prefill deficit: PPI above this ...")
+    theta_d_idle: float = knob(0.8, "... while DPI is below this")
+    theta_d_high: float = knob(0.85, "sustained decode deficit: DPI above this ...")
+    theta_p_idle: float = knob(0.5, "... while PPI is below this")
+    tau_persist_s: float = knob(1.0, "seconds a deficit must persist before a role switch")
+    tau_residence_s: float = knob(5.0, "seconds a worker keeps a role before it may switch again")
+    ppi_cap: float = 10.0             # the PPI scan stops here: past it every decision is the same
+    history_s: float = 0.1            # PPI/DPI samples kept for timelines
+    token: FluidTokenConfig = field(default_factory=FluidTokenConfig)
+    role: FluidRoleConfig = field(default_factory=FluidRoleConfig)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.alpha <= 1:
+            raise ValueError("alpha must be in [0, 1]")
+        if self.tau_persist_s < 0 or self.tau_residence_s < 0:
+            raise ValueError("tau_persist_s and tau_residence_s must be >= 0")
+        if self.ppi_cap <= 0 or self.history_s <= 0:
+            raise ValueError("ppi_cap and history_s must be > 0")

@@ -1,0 +1,44 @@
+"""How the serving runtime is run: workers, policy, SLOs, and the policy's own configs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fluidpd.core.knobs import knob
+from fluidpd.core.metrics import Slo
+from fluidpd.policy.base import PolicyConfig
+from fluidpd.policy.fluidconfig import FluidConfig
+from fluidpd.policy.registry import POLICIES
+
+BACKENDS = ("process", "inprocess")
+
+
+@dataclass(slots=True)
+class RuntimeConfig:
+    """Workers, the policy that runs them, its SLOs (CPU-sized defaults) and its knobs."""
+
+    workers: int = knob(1, "engine workers, one engine and one torch thread each")
+    policy: str | None = knob(None, f"one of {', '.join(POLICIES)} (default: colocated for one worker, "
+                                    "else fluidpd)")
+    backend: str = knob("process", "worker backend: a process per worker, or threads of this process",
+                        choices=BACKENDS)
+    ttft_slo_s: float = knob(5.0, "TTFT SLO, seconds", flag="--ttft-slo")
+    tbt_slo_s: float = knob(0.5, "time-between-tokens SLO, seconds", flag="--tbt-slo")
+    prefill_kv_fraction: float = knob(0.5, "share of a prefill worker's arena kept for KV (the rest is scratch)")
+    scheduling: PolicyConfig = field(default_factory=PolicyConfig)
+    fluid: FluidConfig = field(default_factory=FluidConfig)
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.policy is None:
+            self.policy = "colocated" if self.workers == 1 else "fluidpd"
+        POLICIES.get(self.policy)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if not 0 < self.prefill_kv_fraction <= 1:
+            raise ValueError("prefill_kv_fraction must be in (0, 1]")
+        self.slo  # validates the SLOs
+
+    @property
+    def slo(self) -> Slo:
+        return Slo(self.ttft_slo_s, self.tbt_slo_s)

@@ -1,0 +1,25 @@
+"""How the HTTP front end listens and what model name it serves."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fluidpd.core.knobs import knob
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+@dataclass(slots=True)
+class ServeConfig:
+    """Address, port, served model name and log level of `fluidpd serve`."""
+
+    host: str = knob("127.0.0.1", "bind address")
+    port: int = knob(8000, "port (0: any free port)")
+    served_model_name: str | None = knob(None, "the model name clients send and /v1/models lists "
+                                              "(default: what --model was given)")
+    log_level: str = knob("info", "uvicorn log level", choices=LOG_LEVELS)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.served_model_name is not None and not self.served_model_name.strip():
+            raise ValueError("served_model_name must not be empty")

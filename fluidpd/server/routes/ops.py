@@ -1,0 +1,25 @@
+"""Operations: /health (200, or 503 with the runtime's error) and Prometheus /metrics."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from fluidpd.server.errors import APIError
+from fluidpd.server.state import ServerState, server_state
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(state: ServerState = Depends(server_state)):
+    runtime = state.runtime
+    if getattr(runtime, "healthy", True) is False:
+        return APIError(503, getattr(runtime, "last_error", None) or "runtime unhealthy",
+                        "internal_server_error").response()
+    return Response(status_code=200)
+
+
+@router.get("/metrics")
+async def metrics(state: ServerState = Depends(server_state)):
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
