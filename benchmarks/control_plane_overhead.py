@@ -7,6 +7,7 @@ Traces: azure_code x1 and azure_conv x1.5, first 600 s each. Median of 3 runs pe
 
     .venv/bin/python benchmarks/control_plane_overhead.py [--repeats N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,13 +46,18 @@ def main() -> None:
                 bar.update(1)
             walls[policy] = statistics.median(w)
         ratios[f"{name} x{scale:g}"] = walls["fluidpd"] / walls["static-pd"]
-        bar.write(f"{name} x{scale:g}, {len(trace)} requests, {WINDOW_S:g} s: static-pd {walls['static-pd']:.2f} s "
-                  f"({events['static-pd']:,} events), fluidpd {walls['fluidpd']:.2f} s ({events['fluidpd']:,} events); "
-                  f"ratio {ratios[f'{name} x{scale:g}']:.2f}x", file=sys.stdout)
+        bar.write(
+            f"{name} x{scale:g}, {len(trace)} requests, {WINDOW_S:g} s: static-pd {walls['static-pd']:.2f} s "
+            f"({events['static-pd']:,} events), fluidpd {walls['fluidpd']:.2f} s ({events['fluidpd']:,} events); "
+            f"ratio {ratios[f'{name} x{scale:g}']:.2f}x",
+            file=sys.stdout,
+        )
     bar.close()
     worst = max(ratios, key=ratios.get)
-    print(f"control-plane overhead: fluidpd / static-pd simulation wall time = {ratios[worst]:.2f}x at worst "
-          f"({worst}; median of {args.repeats}), target <= {TARGET:g}x: {'met' if ratios[worst] <= TARGET else 'NOT met'}")
+    print(
+        f"control-plane overhead: fluidpd / static-pd simulation wall time = {ratios[worst]:.2f}x at worst "
+        f"({worst}; median of {args.repeats}), target <= {TARGET:g}x: {'met' if ratios[worst] <= TARGET else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

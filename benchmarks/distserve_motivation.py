@@ -7,6 +7,7 @@ TPOT 40 ms.
 
     .venv/bin/python benchmarks/distserve_motivation.py
 """
+
 from __future__ import annotations
 
 import sys
@@ -25,8 +26,13 @@ DURATION_S = 120.0
 
 
 def per_gpu_goodput(policy: str, workers: int, prefill_workers: int = 0) -> tuple[float, float]:
-    setup = Setup(get_model("opt-13b", "fp16"), get_hardware("a100-80g"), Slo(0.4, 0.04),
-                  SimConfig(n_workers=workers, seed=0), PolicyConfig(prefill_workers=prefill_workers))
+    setup = Setup(
+        get_model("opt-13b", "fp16"),
+        get_hardware("a100-80g"),
+        Slo(0.4, 0.04),
+        SimConfig(n_workers=workers, seed=0),
+        PolicyConfig(prefill_workers=prefill_workers),
+    )
     base = fixed_lengths(4000, 1.0, prompt=512, output=64, seed=0)  # 1 req/s: rate scale == req/s
 
     def attainment(rate: float) -> float:

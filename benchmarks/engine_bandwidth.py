@@ -8,13 +8,13 @@ a 1 GiB buffer, well beyond the caches: a plain reduction (`sum`) and a matrix-v
 
     python benchmarks/engine_bandwidth.py [--repeats 7] [--steps 32]
 """
+
 from __future__ import annotations
 
 import argparse
 import time
 
 import torch
-
 from engine_common import engine, engine_decode_steps, median, progress, random_prompts
 
 
@@ -32,7 +32,6 @@ def read_bandwidth(repeats: int, gib: float = 1.0) -> dict[str, float]:
             fn()
             ts.append(time.perf_counter() - t)
         out[name] = n * 4 / median(ts)
-    del buf, mat
     return out
 
 
@@ -46,7 +45,7 @@ def main() -> None:
     eng = engine(64)
     wbytes = eng.model.weight_bytes()
     steps, bws = [], {"sum": [], "gemv": []}
-    for r in progress(range(args.repeats), "repeats"):     # alternate: bandwidth, then decode
+    for r in progress(range(args.repeats), "repeats"):  # alternate: bandwidth, then decode
         for k, v in read_bandwidth(3).items():
             bws[k].append(v)
         steps += engine_decode_steps(eng, random_prompts([args.ctx], seed=r), args.steps)
@@ -54,14 +53,22 @@ def main() -> None:
     best = max(bw.values())
     limit = wbytes / best
     step = median(steps)
-    print(f"weights streamed per decode step: {wbytes / 1e6:.1f} MB ({eng.model.dtype}, "
-          f"{eng.model_config.num_layers} layers, lm_head {tuple(eng.model.lm_head.shape)})")
-    print(f"single-thread read bandwidth: sum {bw['sum'] / 1e9:.2f} GB/s, gemv {bw['gemv'] / 1e9:.2f} GB/s "
-          f"(limit uses {best / 1e9:.2f} GB/s)")
-    print(f"weight-streaming limit {limit * 1e3:.1f} ms/step; batch-1 decode step (ctx {args.ctx}) "
-          f"{step * 1e3:.1f} ms median of {len(steps)}; {1 / step:.1f} tok/s")
-    print(f"engine_bandwidth: batch-1 decode step = {step / limit:.2f}x the weight-streaming limit "
-          f"({step * 1e3:.1f} ms vs {limit * 1e3:.1f} ms; target <= 2.0x)")
+    print(
+        f"weights streamed per decode step: {wbytes / 1e6:.1f} MB ({eng.model.dtype}, "
+        f"{eng.model_config.num_layers} layers, lm_head {tuple(eng.model.lm_head.shape)})"
+    )
+    print(
+        f"single-thread read bandwidth: sum {bw['sum'] / 1e9:.2f} GB/s, gemv {bw['gemv'] / 1e9:.2f} GB/s "
+        f"(limit uses {best / 1e9:.2f} GB/s)"
+    )
+    print(
+        f"weight-streaming limit {limit * 1e3:.1f} ms/step; batch-1 decode step (ctx {args.ctx}) "
+        f"{step * 1e3:.1f} ms median of {len(steps)}; {1 / step:.1f} tok/s"
+    )
+    print(
+        f"engine_bandwidth: batch-1 decode step = {step / limit:.2f}x the weight-streaming limit "
+        f"({step * 1e3:.1f} ms vs {limit * 1e3:.1f} ms; target <= 2.0x)"
+    )
 
 
 if __name__ == "__main__":

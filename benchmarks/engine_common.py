@@ -1,4 +1,5 @@
 """Shared pieces of the engine benchmarks: one torch thread, SmolLM2 loaders, timing helpers."""
+
 from __future__ import annotations
 
 import os
@@ -87,12 +88,14 @@ def engine_prefill_seconds(eng: LLMEngine, prompt: list[int]) -> float:
 
 # ----------------------------------------------------------------------------- transformers
 
+
 def hf_model():
     from transformers import AutoModelForCausalLM
 
     path = smollm2_gguf()
-    return AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                                dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32
+    ).eval()
 
 
 class _Clock:
@@ -114,13 +117,20 @@ def hf_generate_times(model, prompts: list[list[int]], new_tokens: int) -> tuple
     ids = torch.full((len(prompts), L), 2, dtype=torch.long)
     mask = torch.zeros((len(prompts), L), dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, L - len(p):] = torch.tensor(p)
-        mask[i, L - len(p):] = 1
+        ids[i, L - len(p) :] = torch.tensor(p)
+        mask[i, L - len(p) :] = 1
     clock = _Clock()
     t0 = time.perf_counter()
     with torch.no_grad():
-        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                       do_sample=False, pad_token_id=2, logits_processor=LogitsProcessorList([clock]))
+        model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=2,
+            logits_processor=LogitsProcessorList([clock]),
+        )
     steps = [b - a for a, b in zip(clock.t, clock.t[1:])]
     return clock.t[0] - t0, steps
 

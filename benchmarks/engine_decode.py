@@ -4,13 +4,23 @@ one torch thread. Medians over repeated rounds, alternating engine and transform
 
     python benchmarks/engine_decode.py [--rounds 3] [--steps 8]
 """
+
 from __future__ import annotations
 
 import argparse
 import random
 
-from engine_common import (engine, engine_decode_steps, engine_prefill_seconds, hf_generate_times, hf_model,
-                           median, peak_rss_mib, progress, random_prompts)
+from engine_common import (
+    engine,
+    engine_decode_steps,
+    engine_prefill_seconds,
+    hf_generate_times,
+    hf_model,
+    median,
+    peak_rss_mib,
+    progress,
+    random_prompts,
+)
 
 
 def main() -> None:
@@ -40,7 +50,10 @@ def main() -> None:
         pre_ours.append(engine_prefill_seconds(eng, prefill_prompt))
         pre_hf.append(hf_generate_times(hf, [prefill_prompt], 1)[0])
 
-    print(f"{'case':6} {'contexts':>14} {'engine tok/s':>13} {'hf tok/s':>10} {'ratio':>7}   (median step ms: engine / hf)")
+    print(
+        f"{'case':6} {'contexts':>14} {'engine tok/s':>13} {'hf tok/s':>10} {'ratio':>7}   "
+        "(median step ms: engine / hf)"
+    )
     ratios = {}
     for name, lens in cases.items():
         b = len(lens)
@@ -50,12 +63,18 @@ def main() -> None:
         print(f"{name:6} {ctx:>14} {b / e:13.1f} {b / h:10.1f} {h / e:6.2f}x   ({e * 1e3:.1f} / {h * 1e3:.1f})")
     pe, ph = median(pre_ours), median(pre_hf)
     ratios["prefill512"] = ph / pe
-    print(f"{'prefill':6} {512:>14} {512 / pe:13.1f} {512 / ph:10.1f} {ph / pe:6.2f}x   ({pe * 1e3:.1f} / {ph * 1e3:.1f})")
-    print(f"peak RSS (engine + transformers in one process): {peak_rss_mib():.0f} MiB; "
-          f"{args.rounds} rounds x {args.steps} decode steps per case")
-    print("engine_decode: decode vs transformers generate "
-          f"b1 {ratios['b1']:.2f}x (target >= 1.0), b8 {ratios['b8']:.2f}x, "
-          f"b32 {ratios['b32']:.2f}x (target >= 2.0); prefill@512 {ratios['prefill512']:.2f}x")
+    print(
+        f"{'prefill':6} {512:>14} {512 / pe:13.1f} {512 / ph:10.1f} {ph / pe:6.2f}x   ({pe * 1e3:.1f} / {ph * 1e3:.1f})"
+    )
+    print(
+        f"peak RSS (engine + transformers in one process): {peak_rss_mib():.0f} MiB; "
+        f"{args.rounds} rounds x {args.steps} decode steps per case"
+    )
+    print(
+        "engine_decode: decode vs transformers generate "
+        f"b1 {ratios['b1']:.2f}x (target >= 1.0), b8 {ratios['b8']:.2f}x, "
+        f"b32 {ratios['b32']:.2f}x (target >= 2.0); prefill@512 {ratios['prefill512']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

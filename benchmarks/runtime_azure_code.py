@@ -7,6 +7,7 @@ TBT per policy, and the headline on the last line.
 
     .venv/bin/python benchmarks/runtime_azure_code.py [--rate-scale 0.03] [--duration 240]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,26 +39,60 @@ def wait_healthy(url: str, proc, timeout_s: float = 600) -> None:
 
 def run_policy(policy: str, port: int, args) -> dict:
     url = f"http://127.0.0.1:{port}"
-    serve = [sys.executable, "-m", "fluidpd.cli", "serve", "--model", "smollm2", "--workers", "4",
-             "--prefill-workers", "1", "--policy", policy, *SLO, "--port", str(port),
-             "--max-model-len", str(args.max_model_len)]
-    log = open(os.path.join(tempfile.gettempdir(), f"fluidpd-serve-{policy}.log"), "w")
-    proc = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_healthy(url, proc)
-        out = os.path.join(tempfile.gettempdir(), f"fluidpd-bench-{policy}.json")
-        subprocess.run([sys.executable, "-m", "fluidpd.cli", "bench", "--url", url, "--trace", "azure_code",
-                        "--rate-scale", str(args.rate_scale), "--duration", str(args.duration), *SLO,
-                        "--out", out, "--no-progress"], check=True)
-        with open(out) as f:
-            row = json.load(f)
-        return row[0] if isinstance(row, list) else row
-    finally:
-        proc.send_signal(signal.SIGINT)
+    serve = [
+        sys.executable,
+        "-m",
+        "fluidpd.cli",
+        "serve",
+        "--model",
+        "smollm2",
+        "--workers",
+        "4",
+        "--prefill-workers",
+        "1",
+        "--policy",
+        policy,
+        *SLO,
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(args.max_model_len),
+    ]
+    with open(os.path.join(tempfile.gettempdir(), f"fluidpd-serve-{policy}.log"), "w") as log:
+        proc = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT)
         try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            wait_healthy(url, proc)
+            out = os.path.join(tempfile.gettempdir(), f"fluidpd-bench-{policy}.json")
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "fluidpd.cli",
+                    "bench",
+                    "--url",
+                    url,
+                    "--trace",
+                    "azure_code",
+                    "--rate-scale",
+                    str(args.rate_scale),
+                    "--duration",
+                    str(args.duration),
+                    *SLO,
+                    "--out",
+                    out,
+                    "--no-progress",
+                ],
+                check=True,
+            )
+            with open(out) as f:
+                row = json.load(f)
+            return row[0] if isinstance(row, list) else row
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def main() -> None:
@@ -70,13 +105,17 @@ def main() -> None:
     for i, policy in enumerate(("static-pd", "fluidpd")):
         rows[policy] = run_policy(policy, 8100 + i, args)
     for policy, r in rows.items():
-        print(f"{policy:10s}: {r['completed']}/{r['requests']} done, attainment {r['attainment']:.1%}, "
-              f"strict {r['strict_attainment']:.1%}, P99 TTFT {r['ttft_p99_s']:.2f} s, P99 TBT "
-              f"{r['tbt_p99_s'] * 1e3:.0f} ms, TPOT {r['tpot_mean_s'] * 1e3:.0f} ms")
+        print(
+            f"{policy:10s}: {r['completed']}/{r['requests']} done, attainment {r['attainment']:.1%}, "
+            f"strict {r['strict_attainment']:.1%}, P99 TTFT {r['ttft_p99_s']:.2f} s, P99 TBT "
+            f"{r['tbt_p99_s'] * 1e3:.0f} ms, TPOT {r['tpot_mean_s'] * 1e3:.0f} ms"
+        )
     s, f = rows["static-pd"], rows["fluidpd"]
-    print(f"headline: azure_code x{args.rate_scale} through the server: attainment fluidpd {f['attainment']:.1%} vs "
-          f"static-pd {s['attainment']:.1%}; P99 TTFT {f['ttft_p99_s']:.2f} vs {s['ttft_p99_s']:.2f} s; "
-          f"P99 TBT {f['tbt_p99_s'] * 1e3:.0f} vs {s['tbt_p99_s'] * 1e3:.0f} ms")
+    print(
+        f"headline: azure_code x{args.rate_scale} through the server: attainment fluidpd {f['attainment']:.1%} vs "
+        f"static-pd {s['attainment']:.1%}; P99 TTFT {f['ttft_p99_s']:.2f} vs {s['ttft_p99_s']:.2f} s; "
+        f"P99 TBT {f['tbt_p99_s'] * 1e3:.0f} vs {s['tbt_p99_s'] * 1e3:.0f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """Shared by the runtime benchmarks: a coordinator over real engine workers, and timed streams."""
+
 from __future__ import annotations
 
-import asyncio
+import itertools
 import time
 
 import torch
 
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.sampling import SamplingParams
-from fluidpd.runtime.api import GenerationRequest
 from fluidpd.policy.base import PolicyConfig
+from fluidpd.runtime.api import GenerationRequest
 from fluidpd.runtime.build import build_coordinator
 from fluidpd.runtime.config import RuntimeConfig
 
@@ -17,10 +18,22 @@ torch.set_num_threads(1)
 CONFIG = EngineConfig(num_kv_blocks=512, max_model_len=2048, max_num_seqs=32)
 
 
-def coordinator(policy: str, workers: int, backend: str = "process", profile=None, prefill_workers: int = 0,
-                max_num_seqs: int = 32, **runtime_kw):
-    runtime = RuntimeConfig(workers=workers, policy=policy, backend=backend, **runtime_kw,
-                            scheduling=PolicyConfig(prefill_workers=prefill_workers, max_num_seqs=max_num_seqs))
+def coordinator(
+    policy: str,
+    workers: int,
+    backend: str = "process",
+    profile=None,
+    prefill_workers: int = 0,
+    max_num_seqs: int = 32,
+    **runtime_kw,
+):
+    runtime = RuntimeConfig(
+        workers=workers,
+        policy=policy,
+        backend=backend,
+        **runtime_kw,
+        scheduling=PolicyConfig(prefill_workers=prefill_workers, max_num_seqs=max_num_seqs),
+    )
     return build_coordinator(CONFIG, runtime, log=lambda m: None, profile=profile)
 
 
@@ -35,12 +48,17 @@ async def timed(coord, rid: str, ids: list[int], max_tokens: int) -> dict:
     times = []
     async for ev in stream:
         times += [time.perf_counter()] * len(ev.token_ids)
-    return {"id": rid, "arrival": t0, "times": times, "ttft": times[0] - t0 if times else float("nan"),
-            "gaps": [b - a for a, b in zip(times, times[1:])]}
+    return {
+        "id": rid,
+        "arrival": t0,
+        "times": times,
+        "ttft": times[0] - t0 if times else float("nan"),
+        "gaps": [b - a for a, b in itertools.pairwise(times)],
+    }
 
 
 def percentile(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     if not xs:
         return float("nan")
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]

@@ -8,6 +8,7 @@ the GGUF, warm-up) and warm restart (weights staged in shared memory) are measur
 
     .venv/bin/python benchmarks/runtime_fluidrole.py [--repeats 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runtime_common import CONFIG, coordinator, prompt, timed  # noqa: E402
-from runtime_restart import measure_restarts  # noqa: E402
+from runtime_common import CONFIG, coordinator, prompt, timed
+from runtime_restart import measure_restarts
 
 
 async def one_switch(coord, n_requests: int) -> dict:
@@ -55,16 +56,25 @@ def main() -> None:
         coord = coordinator("fluidpd", 3, prefill_workers=1, ttft_slo_s=30.0, tbt_slo_s=2.0)
         runs.append(asyncio.run(one_switch(coord, args.requests)))
     med = {k: statistics.median(r[k] for r in runs) for k in ("drain", "remap", "dispatch", "route", "total")}
-    print(f"FluidRole decode->prefill through the coordinator, {args.requests} live requests, median of {args.repeats}:")
-    print("  " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in med.items())
-          + f"; migrated {statistics.median(r['migrated'] for r in runs):.0f} requests")
+    print(
+        f"FluidRole decode->prefill through the coordinator, {args.requests} live requests, median of {args.repeats}:"
+    )
+    print(
+        "  "
+        + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in med.items())
+        + f"; migrated {statistics.median(r['migrated'] for r in runs):.0f} requests"
+    )
     t0 = time.perf_counter()
     r = measure_restarts(CONFIG, num_requests=4, prompt_len=96)
-    print(f"cold restart {r['cold_restart_s']:.2f} s, warm restart {r['warm_restart_s']:.2f} s "
-          f"(measured in {time.perf_counter() - t0:.0f} s)")
-    print(f"headline: FluidRole in place {med['total'] * 1e3:.0f} ms (remap {med['remap'] * 1e3:.1f} ms) vs cold "
-          f"restart {r['cold_restart_s']:.2f} s = {r['cold_restart_s'] / med['total']:.0f}x, warm restart "
-          f"{r['warm_restart_s']:.2f} s = {r['warm_restart_s'] / med['total']:.0f}x")
+    print(
+        f"cold restart {r['cold_restart_s']:.2f} s, warm restart {r['warm_restart_s']:.2f} s "
+        f"(measured in {time.perf_counter() - t0:.0f} s)"
+    )
+    print(
+        f"headline: FluidRole in place {med['total'] * 1e3:.0f} ms (remap {med['remap'] * 1e3:.1f} ms) vs cold "
+        f"restart {r['cold_restart_s']:.2f} s = {r['cold_restart_s'] / med['total']:.0f}x, warm restart "
+        f"{r['warm_restart_s']:.2f} s = {r['warm_restart_s'] / med['total']:.0f}x"
+    )
 
 
 if __name__ == "__main__":

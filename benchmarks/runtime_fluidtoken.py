@@ -6,6 +6,7 @@ SLO_TBT while borrowing) and the P99 TTFT of the burst, and the TTFT gain of flu
 
     .venv/bin/python benchmarks/runtime_fluidtoken.py
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runtime_common import coordinator, percentile, prompt, timed  # noqa: E402
+from runtime_common import coordinator, percentile, prompt, timed
 
 SLO_TBT, SLO_TTFT = 0.6, 10.0
 
@@ -32,14 +33,18 @@ async def burst(coord, n_decodes=6, n_burst=10, burst_len=384) -> dict:
         dec = await asyncio.gather(*decodes)
         gaps = []
         for r in dec:
-            for (a, b) in zip(r["times"], r["times"][1:]):
+            for a, b in zip(r["times"], r["times"][1:]):
                 if a >= start - 0.0 and b <= end + 1.0:
                     gaps.append(b - a)
         borrowed = getattr(coord.cluster.policy, "token", None)
-        return {"decode_gap_p99": percentile(gaps, 0.99), "decode_gap_p50": percentile(gaps, 0.5),
-                "ttft_p99": percentile([r["ttft"] for r in bursts], 0.99),
-                "ttft_p50": percentile([r["ttft"] for r in bursts], 0.5), "gaps": len(gaps),
-                "borrowed": borrowed.borrowed if borrowed else 0}
+        return {
+            "decode_gap_p99": percentile(gaps, 0.99),
+            "decode_gap_p50": percentile(gaps, 0.5),
+            "ttft_p99": percentile([r["ttft"] for r in bursts], 0.99),
+            "ttft_p50": percentile([r["ttft"] for r in bursts], 0.5),
+            "gaps": len(gaps),
+            "borrowed": borrowed.borrowed if borrowed else 0,
+        }
     finally:
         await coord.stop()
 
@@ -53,13 +58,17 @@ def main() -> None:
         profile = coord.profile
         out[policy] = asyncio.run(burst(coord))
     for policy, r in out.items():
-        print(f"{policy:10s}: burst TTFT p50 {r['ttft_p50']:.2f} s p99 {r['ttft_p99']:.2f} s; running decodes' gap "
-              f"p50 {r['decode_gap_p50'] * 1e3:.0f} ms p99 {r['decode_gap_p99'] * 1e3:.0f} ms over {r['gaps']} gaps "
-              f"(SLO_TBT {SLO_TBT * 1e3:.0f} ms); borrowed {r['borrowed']}")
+        print(
+            f"{policy:10s}: burst TTFT p50 {r['ttft_p50']:.2f} s p99 {r['ttft_p99']:.2f} s; running decodes' gap "
+            f"p50 {r['decode_gap_p50'] * 1e3:.0f} ms p99 {r['decode_gap_p99'] * 1e3:.0f} ms over {r['gaps']} gaps "
+            f"(SLO_TBT {SLO_TBT * 1e3:.0f} ms); borrowed {r['borrowed']}"
+        )
     s, f = out["static-pd"], out["fluidtoken"]
-    print(f"headline: FluidToken burst P99 TTFT {f['ttft_p99']:.2f} s vs static-pd {s['ttft_p99']:.2f} s "
-          f"({s['ttft_p99'] / f['ttft_p99']:.2f}x better); P99 decode gap {f['decode_gap_p99'] * 1e3:.0f} ms "
-          f"(static-pd {s['decode_gap_p99'] * 1e3:.0f} ms, SLO {SLO_TBT * 1e3:.0f} ms)")
+    print(
+        f"headline: FluidToken burst P99 TTFT {f['ttft_p99']:.2f} s vs static-pd {s['ttft_p99']:.2f} s "
+        f"({s['ttft_p99'] / f['ttft_p99']:.2f}x better); P99 decode gap {f['decode_gap_p99'] * 1e3:.0f} ms "
+        f"(static-pd {s['decode_gap_p99'] * 1e3:.0f} ms, SLO {SLO_TBT * 1e3:.0f} ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ no transfer touches fresh pages).
     .venv/bin/python benchmarks/runtime_kv_transfer.py [--repeats 7] [--tokens 256 1024 4096]
         [--modes oneshot pooled] [--dummy-weights]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,7 +76,7 @@ def measure(sizes: list[int], repeats: int, config: EngineConfig, pool_bytes: in
             blocks = seed_request(workers[0], rid, n, layout, vocab)
             hops, export_s, send_s = [], [], []
             src, dst = 0, 1
-            for _ in range(repeats + 1):               # the first hop warms both sides up
+            for _ in range(repeats + 1):  # the first hop warms both sides up
                 t0 = time.perf_counter()
                 h = workers[src].submit("export_kv", rid).result()
                 assert workers[dst].submit("import_kv", h).result() == rid
@@ -93,9 +94,19 @@ def measure(sizes: list[int], repeats: int, config: EngineConfig, pool_bytes: in
             nbytes = h.nbytes
             hop = statistics.median(hops[1:])
             mc = memcpy_s(nbytes, repeats)
-            rows.append({"tokens": n, "bytes": nbytes, "hop_s": hop, "export_s": statistics.median(export_s[1:]),
-                         "send_s": statistics.median(send_s[1:]), "transfer_gbps": nbytes / hop / GB,
-                         "memcpy_s": mc, "memcpy_gbps": nbytes / mc / GB, "ratio": mc / hop})
+            rows.append(
+                {
+                    "tokens": n,
+                    "bytes": nbytes,
+                    "hop_s": hop,
+                    "export_s": statistics.median(export_s[1:]),
+                    "send_s": statistics.median(send_s[1:]),
+                    "transfer_gbps": nbytes / hop / GB,
+                    "memcpy_s": mc,
+                    "memcpy_gbps": nbytes / mc / GB,
+                    "ratio": mc / hop,
+                }
+            )
     finally:
         for w in workers:
             w.close()
@@ -107,10 +118,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--tokens", type=int, nargs="+", default=[256, 1024, 4096])
-    ap.add_argument("--modes", nargs="+", choices=["oneshot", "pooled"], default=["oneshot", "pooled"],
-                    help="oneshot: a fresh segment per transfer (the default transport); pooled: reused segments")
-    ap.add_argument("--dummy-weights", action="store_true",
-                    help="random weights of SmolLM2's shape (same KV layout; starts faster)")
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["oneshot", "pooled"],
+        default=["oneshot", "pooled"],
+        help="oneshot: a fresh segment per transfer (the default transport); pooled: reused segments",
+    )
+    ap.add_argument(
+        "--dummy-weights", action="store_true", help="random weights of SmolLM2's shape (same KV layout; starts faster)"
+    )
     args = ap.parse_args()
     if args.repeats < 1 or min(args.tokens) < 1:
         ap.error("--repeats and --tokens must be >= 1")
@@ -123,23 +140,33 @@ def main() -> None:
         pool = 0 if mode == "oneshot" else -(-(nbytes_max + (1 << 20)) // (1 << 20)) << 20
         results[mode] = measure(sorted(args.tokens), args.repeats, config, pool)
     print(f"KV transfer between 2 worker processes (shm transport), SmolLM2 KV fp32, median of {args.repeats} hops")
-    print(f"{'mode':>8} {'tokens':>7} {'MB':>8} {'hop ms':>8} {'export ms':>9} {'send ms':>8} {'GB/s':>7} "
-          f"{'memcpy GB/s':>11} {'ratio':>6}")
+    print(
+        f"{'mode':>8} {'tokens':>7} {'MB':>8} {'hop ms':>8} {'export ms':>9} {'send ms':>8} {'GB/s':>7} "
+        f"{'memcpy GB/s':>11} {'ratio':>6}"
+    )
     for mode, rows in results.items():
         for r in rows:
-            print(f"{mode:>8} {r['tokens']:>7} {r['bytes'] / 1e6:>8.1f} {r['hop_s'] * 1e3:>8.1f} "
-                  f"{r['export_s'] * 1e3:>9.1f} {r['send_s'] * 1e3:>8.1f} {r['transfer_gbps']:>7.2f} "
-                  f"{r['memcpy_gbps']:>11.2f} {r['ratio']:>6.2f}")
-    print("(hop = export_kv on one worker + import_kv on the other, timed at the coordinator; export = the engine's "
-          "gather into a new tensor; send = the copy into shared memory)")
+            print(
+                f"{mode:>8} {r['tokens']:>7} {r['bytes'] / 1e6:>8.1f} {r['hop_s'] * 1e3:>8.1f} "
+                f"{r['export_s'] * 1e3:>9.1f} {r['send_s'] * 1e3:>8.1f} {r['transfer_gbps']:>7.2f} "
+                f"{r['memcpy_gbps']:>11.2f} {r['ratio']:>6.2f}"
+            )
+    print(
+        "(hop = export_kv on one worker + import_kv on the other, timed at the coordinator; export = the engine's "
+        "gather into a new tensor; send = the copy into shared memory)"
+    )
     parts = []
     for mode, rows in results.items():
         big = rows[-1]
-        parts.append(f"{mode} {big['transfer_gbps']:.2f} GB/s = {big['ratio']:.2f}x memcpy ({big['memcpy_gbps']:.2f} GB/s), "
-                     f"{big['hop_s'] * 1e3:.0f} ms")
+        parts.append(
+            f"{mode} {big['transfer_gbps']:.2f} GB/s = {big['ratio']:.2f}x memcpy ({big['memcpy_gbps']:.2f} GB/s), "
+            f"{big['hop_s'] * 1e3:.0f} ms"
+        )
     big = next(iter(results.values()))[-1]
-    print(f"headline: KV transfer worker->worker via shm, {big['tokens']} tokens ({big['bytes'] / 1e6:.0f} MB): "
-          + "; ".join(parts))
+    print(
+        f"headline: KV transfer worker->worker via shm, {big['tokens']} tokens ({big['bytes'] / 1e6:.0f} MB): "
+        + "; ".join(parts)
+    )
 
 
 if __name__ == "__main__":

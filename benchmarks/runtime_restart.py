@@ -16,6 +16,7 @@ dispatch swap and the routing update are the coordinator's and are measured ther
 
 `measure_restarts(config)` returns every figure as a dict (for the coordinator-level benchmark).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,7 @@ import queue
 import shutil
 import tempfile
 import time
+
 import torch
 
 from fluidpd.engine.config import EngineConfig
@@ -36,9 +38,14 @@ from fluidpd.runtime.transport.shm import leftover_segments
 def _start(worker_id: int, config: EngineConfig, kv_pool_bytes: int = 0) -> tuple[ProcessWorker, dict]:
     w = ProcessWorker(worker_id, config, kv_pool_bytes=kv_pool_bytes)
     info = w.start()
-    return w, {"process_start_s": info.process_start_s, "weight_load_s": info.weight_load_s,
-               "engine_build_s": info.engine_build_s, "warmup_s": info.warmup_s, "start_s": info.total_s,
-               "weight_bytes": info.stats.weight_bytes}
+    return w, {
+        "process_start_s": info.process_start_s,
+        "weight_load_s": info.weight_load_s,
+        "engine_build_s": info.engine_build_s,
+        "warmup_s": info.warmup_s,
+        "start_s": info.total_s,
+        "weight_bytes": info.stats.weight_bytes,
+    }
 
 
 def _close_s(worker: ProcessWorker) -> float:
@@ -86,17 +93,28 @@ def migrate(src: ProcessWorker, dst: ProcessWorker, rids: list[str]) -> dict:
     return {"migrate_s": s, "migrate_bytes": nbytes, "migrate_requests": len(rids)}
 
 
-def measure_restarts(config: EngineConfig, *, num_requests: int = 8, prompt_len: int = 128,
-                     decode_steps: int = 2, staged_dir: str | None = None, kv_pool_bytes: int = 0) -> dict:
+def measure_restarts(
+    config: EngineConfig,
+    *,
+    num_requests: int = 8,
+    prompt_len: int = 128,
+    decode_steps: int = 2,
+    staged_dir: str | None = None,
+    kv_pool_bytes: int = 0,
+) -> dict:
     """Cold and warm restart of a worker process vs the in-place pieces (migrate N requests, resize).
 
     `config`: the worker's EngineConfig (its arena must hold 2 x N x (prompt_len + 8) tokens).
     `staged_dir`: where to stage the weights (default: a fresh dir under /dev/shm, removed after).
     `kv_pool_bytes`: the workers' KV segment pool (0: a fresh segment per transfer).
     Returns seconds (and bytes) by name, plus the ratios restart / in place."""
-    out: dict = {"model": config.model, "num_requests": num_requests, "prompt_len": prompt_len,
-                 "kv_pool_bytes": kv_pool_bytes}
-    cold, cold_t = _start(0, config, kv_pool_bytes)                          # 1. cold start (GGUF)
+    out: dict = {
+        "model": config.model,
+        "num_requests": num_requests,
+        "prompt_len": prompt_len,
+        "kv_pool_bytes": kv_pool_bytes,
+    }
+    cold, cold_t = _start(0, config, kv_pool_bytes)  # 1. cold start (GGUF)
     workers = [cold]
     tmp = None
     try:
@@ -104,10 +122,10 @@ def measure_restarts(config: EngineConfig, *, num_requests: int = 8, prompt_len:
         if staged_dir is None:
             tmp = staged_dir = tempfile.mkdtemp(prefix="fluidpd-weights-", dir="/dev/shm")
         t0 = time.perf_counter()
-        staged = stage_weights(config, staged_dir)            # 2. one-time staging to shm
+        staged = stage_weights(config, staged_dir)  # 2. one-time staging to shm
         out["stage_s"] = time.perf_counter() - t0
         out["staged_bytes"] = sum(os.path.getsize(os.path.join(staged_dir, f)) for f in os.listdir(staged_dir))
-        warm, warm_t = _start(1, staged, kv_pool_bytes)                      # 3. warm start (safetensors in shm)
+        warm, warm_t = _start(1, staged, kv_pool_bytes)  # 3. warm start (safetensors in shm)
         workers.append(warm)
         out.update({f"warm_{k}": v for k, v in warm_t.items()})
 
@@ -151,12 +169,13 @@ def measure_restarts(config: EngineConfig, *, num_requests: int = 8, prompt_len:
 
 
 def report(r: dict) -> list[str]:
-    ms = lambda s: f"{s * 1e3:.1f} ms"  # noqa: E731
+    ms = lambda s: f"{s * 1e3:.1f} ms"
     lines = [
         f"SmolLM2 worker ({r['cold_weight_bytes'] / 1e6:.0f} MB of weights), one process, one torch thread",
         f"cold restart  {r['cold_restart_s']:7.2f} s = close {r['cold_close_s']:.2f} + spawn/imports "
         f"{r['cold_process_start_s']:.2f} + weights (GGUF) {r['cold_weight_load_s']:.2f} + engine "
-        f"{r['cold_engine_build_s']:.2f} + warm-up {r['cold_warmup_s']:.2f} (+ pipe/wait; start {r['cold_start_s']:.2f})",
+        f"{r['cold_engine_build_s']:.2f} + warm-up {r['cold_warmup_s']:.2f} "
+        f"(+ pipe/wait; start {r['cold_start_s']:.2f})",
         f"warm restart  {r['warm_restart_s']:7.2f} s = close {r['warm_close_s']:.2f} + spawn/imports "
         f"{r['warm_process_start_s']:.2f} + weights (shm safetensors) {r['warm_weight_load_s']:.2f} + engine "
         f"{r['warm_engine_build_s']:.2f} + warm-up {r['warm_warmup_s']:.2f} (start {r['warm_start_s']:.2f}; "
@@ -168,7 +187,8 @@ def report(r: dict) -> list[str]:
         f"shrink to the live blocks moving {r['resize_live_moved_blocks']} {ms(r['resize_live_s'])})",
         f"headline: worker restart vs in-place (SmolLM2, {r['num_requests']} live requests): cold restart "
         f"{r['cold_restart_s']:.2f} s, warm restart {r['warm_restart_s']:.2f} s, in place (migrate KV + resize) "
-        f"{ms(r['in_place_s'])}: cold/in-place {r['cold_over_in_place']:.0f}x, warm/in-place {r['warm_over_in_place']:.0f}x",
+        f"{ms(r['in_place_s'])}: cold/in-place {r['cold_over_in_place']:.0f}x, "
+        f"warm/in-place {r['warm_over_in_place']:.0f}x",
     ]
     return lines
 
@@ -184,8 +204,12 @@ def main() -> None:
     need = -(-(args.prompt_len + 8) // 16) * args.requests
     if need > args.kv_blocks:
         ap.error(f"{args.requests} requests of {args.prompt_len} tokens need {need} KV blocks > --kv-blocks")
-    r = measure_restarts(EngineConfig(num_kv_blocks=args.kv_blocks), num_requests=args.requests,
-                         prompt_len=args.prompt_len, kv_pool_bytes=args.kv_pool_mb << 20)
+    r = measure_restarts(
+        EngineConfig(num_kv_blocks=args.kv_blocks),
+        num_requests=args.requests,
+        prompt_len=args.prompt_len,
+        kv_pool_bytes=args.kv_pool_mb << 20,
+    )
     for line in report(r):
         print(line)
 

@@ -9,6 +9,7 @@ tokens) and on one stream (128 in, 64 out). Ratios of medians; > 1 means faster 
 
     .venv/bin/python benchmarks/serve_one_worker.py [--rounds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,10 +20,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runtime_common import CONFIG, coordinator, prompt, timed  # noqa: E402
+from runtime_common import CONFIG, coordinator, prompt, timed
 
-from fluidpd.engine.engine import LLMEngine, load_model  # noqa: E402
-from fluidpd.engine.sampling import SamplingParams  # noqa: E402
+from fluidpd.engine.engine import LLMEngine, load_model
+from fluidpd.engine.sampling import SamplingParams
 
 LOADS = {"8 streams": (8, 128, 32), "1 stream": (1, 128, 64)}
 
@@ -77,9 +78,11 @@ def main() -> None:
         cells = ", ".join(f"{s} {med[s, load]:.1f} tok/s ({med[s, load] / base:.2f}x)" for s in systems)
         print(f"{load}: {cells}  [medians of {args.rounds}]")
     worst = min(med[s, load] / med["engine", load] for s in ("inprocess", "process") for load in LOADS)
-    best_backend = max(("inprocess", "process"), key=lambda s: min(med[s, l] / med["engine", l] for l in LOADS))
-    print(f"headline: one worker through the World and policy runs at {worst:.2f}x the bare engine's tokens/s "
-          f"at worst (best backend: {best_backend})")
+    best_backend = max(("inprocess", "process"), key=lambda s: min(med[s, ld] / med["engine", ld] for ld in LOADS))
+    print(
+        f"headline: one worker through the World and policy runs at {worst:.2f}x the bare engine's tokens/s "
+        f"at worst (best backend: {best_backend})"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ wall-time ratio near 10 (linear). Each large run goes in its own process so its 
 
     .venv/bin/python benchmarks/sim_speed.py [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,19 +58,25 @@ def main() -> None:
 
     azure = [run_child("azure") for _ in tqdm(range(repeats), desc="azure_conv x4", file=sys.stderr)]
     azure_wall = statistics.median(r["wall_s"] for r in azure)
-    print(f"azure_conv x4, {azure[0]['requests']} requests, 8 x H100 Llama-3.3-70B FP8 static-pd 2P:6D: "
-          f"median wall {azure_wall:.2f} s over {repeats} (target <= 10 s), completed {azure[0]['completed']}")
+    print(
+        f"azure_conv x4, {azure[0]['requests']} requests, 8 x H100 Llama-3.3-70B FP8 static-pd 2P:6D: "
+        f"median wall {azure_wall:.2f} s over {repeats} (target <= 10 s), completed {azure[0]['completed']}"
+    )
     small_n, big_n = (10_000, 100_000) if args.quick else (100_000, 1_000_000)
     t0 = time.perf_counter()
     small = run_child("synthetic", small_n)
     big = run_child("synthetic", big_n)
     print(f"synthetic {small_n:,}: wall {small['wall_s']:.1f} s, peak RSS {small['rss_gib']:.2f} GiB")
-    print(f"synthetic {big_n:,}: wall {big['wall_s']:.1f} s (target <= 300 s), peak RSS {big['rss_gib']:.2f} GiB "
-          f"(target <= 2 GiB), completed {big['completed']:,}")
+    print(
+        f"synthetic {big_n:,}: wall {big['wall_s']:.1f} s (target <= 300 s), peak RSS {big['rss_gib']:.2f} GiB "
+        f"(target <= 2 GiB), completed {big['completed']:,}"
+    )
     print(f"(benchmark took {time.perf_counter() - t0:.0f} s)")
     ratio = big["wall_s"] / small["wall_s"]
-    print(f"headline: azure_conv x4 static-pd {azure_wall:.2f} s; {big_n:,} requests in {big['wall_s']:.0f} s, "
-          f"{big['rss_gib']:.2f} GiB peak; wall ratio {big_n // small_n}x requests = {ratio:.2f}")
+    print(
+        f"headline: azure_conv x4 static-pd {azure_wall:.2f} s; {big_n:,} requests in {big['wall_s']:.0f} s, "
+        f"{big['rss_gib']:.2f} GiB peak; wall ratio {big_n // small_n}x requests = {ratio:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Shared fixtures: small real setups for the simulator and policy tests."""
+
 from __future__ import annotations
 
 import os

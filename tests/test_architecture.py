@@ -4,6 +4,7 @@ Every import counts, at module level or inside a function (what runs lazily stil
 those under `if TYPE_CHECKING:`. `from pkg import name` depends on the module `pkg.name` when it is
 one, else on `pkg` itself (its __init__); a module's own parent packages are not dependencies.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,10 +24,9 @@ ALLOWED = {
     "runtime": {"core", "latency", "policy", "world", "engine"},
     "server": {"core", "engine", "runtime"},
     "bench": {"core", "specs", "latency", "workload", "policy", "world", "sim", "engine", "runtime", "server"},
-    "cli": {"core", "specs", "latency", "workload", "policy", "world", "sim", "engine", "runtime", "server",
-            "bench"},
+    "cli": {"core", "specs", "latency", "workload", "policy", "world", "sim", "engine", "runtime", "server", "bench"},
 }
-PURE = ("core", "specs", "latency", "workload", "policy", "world", "sim")   # no torch, no engine
+PURE = ("core", "specs", "latency", "workload", "policy", "world", "sim")  # no torch, no engine
 
 
 def module_name(path: Path) -> str:
@@ -57,7 +57,9 @@ def imports(name: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             for a in node.names:
                 found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
     return found
@@ -76,7 +78,7 @@ def test_no_import_cycles():
     stack: list[str] = []
     cycles: list[list[str]] = []
 
-    def visit(v: str) -> None:       # Tarjan's strongly connected components
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
         index[v] = low[v] = len(index)
         stack.append(v)
         for w in GRAPH[v]:
@@ -103,18 +105,27 @@ def test_no_import_cycles():
 
 def test_packages_depend_top_down():
     assert set(ALLOWED) == {top(m) for m in MODULES if top(m)}, "a package is missing from ALLOWED"
-    bad = [f"{m} -> {i}" for m, deps in GRAPH.items() for i in deps
-           if top(m) and top(i) and top(i) != top(m) and top(i) not in ALLOWED[top(m)]]
+    bad = [
+        f"{m} -> {i}"
+        for m, deps in GRAPH.items()
+        for i in deps
+        if top(m) and top(i) and top(i) != top(m) and top(i) not in ALLOWED[top(m)]
+    ]
     assert not bad, "imports against the layering:\n" + "\n".join(sorted(bad))
 
 
 def test_pure_packages_never_import_torch_or_the_engine():
-    bad = [f"{m} -> {i}" for m in MODULES if top(m) in PURE for i in imports(m)
-           if i.split(".")[0] in ("torch", "transformers") or top(i) in ("engine", "runtime", "server")]
+    bad = [
+        f"{m} -> {i}"
+        for m in MODULES
+        if top(m) in PURE
+        for i in imports(m)
+        if i.split(".")[0] in ("torch", "transformers") or top(i) in ("engine", "runtime", "server")
+    ]
     assert not bad, "\n".join(sorted(bad))
 
 
 def test_the_checker_sees_lazy_and_relative_imports():
-    assert "fluidpd.engine.engine" in GRAPH["fluidpd.runtime.build"]       # imported inside a function
+    assert "fluidpd.engine.engine" in GRAPH["fluidpd.runtime.build"]  # imported inside a function
     assert "fluidpd.core.registry" in GRAPH["fluidpd.policy.registry"]
     assert "fluidpd.policy.fluidconfig" not in GRAPH["fluidpd.policy.base"]  # TYPE_CHECKING only

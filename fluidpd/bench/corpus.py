@@ -1,4 +1,5 @@
 """The shipped prompt corpus (data/corpus): public-domain English text cut into exact-length prompts."""
+
 from __future__ import annotations
 
 import os

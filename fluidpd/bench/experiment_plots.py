@@ -1,4 +1,5 @@
 """PNG plots of the experiments: attainment against load per system, and FluidPD's control timeline."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,16 +7,22 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.colors import ListedColormap  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import ListedColormap
 
 ROLE_CODES = {"prefill": 0, "decode": 1, "colocated": 2}
 ROLE_COLORS = ["#d62728", "#1f77b4", "#7f7f7f"]
 
 
-def attainment_vs_rate(curves: dict[str, tuple[list, list]], path: Path, title: str, xlabel: str,
-                       notes: dict[str, list[str]] | None = None, target: float | None = 0.9) -> Path:
+def attainment_vs_rate(
+    curves: dict[str, tuple[list, list]],
+    path: Path,
+    title: str,
+    xlabel: str,
+    notes: dict[str, list[str]] | None = None,
+    target: float | None = 0.9,
+) -> Path:
     """`curves`: system -> (rate scales, joint attainment); `notes`: system -> a label per point."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for system, (x, y) in curves.items():
@@ -36,22 +43,34 @@ def attainment_vs_rate(curves: dict[str, tuple[list, list]], path: Path, title: 
     return path
 
 
-def fluid_timeline(history: list, timeline, transitions: list, path: Path, title: str,
-                   phases: list[tuple[float, float, str]] = (), thresholds: dict[str, float] | None = None) -> Path:
+def fluid_timeline(
+    history: list,
+    timeline,
+    transitions: list,
+    path: Path,
+    title: str,
+    phases: list[tuple[float, float, str]] = (),
+    thresholds: dict[str, float] | None = None,
+) -> Path:
     """PPI and DPI (FluidPD.history), every worker's role (Timeline.role) and each FluidRole transition.
 
     history: (t, ppi, dpi, state) samples; transitions: RoleTransition objects; phases: (start, end,
     label) spans shaded on both panels (e.g. surge / wave)."""
-    fig, (ax_p, ax_r) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True,
-                                     gridspec_kw={"height_ratios": [1.3, 1]})
+    fig, (ax_p, ax_r) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True, gridspec_kw={"height_ratios": [1.3, 1]})
     if history:
         h = np.asarray([(t, p, d) for t, p, d, _ in history], dtype=np.float64)
         ax_p.plot(h[:, 0], h[:, 1], linewidth=0.9, color="#d62728", label="PPI (prefill pressure)")
         ax_p.plot(h[:, 0], h[:, 2], linewidth=0.9, color="#1f77b4", label="DPI (decode pressure)")
     for name, value in (thresholds or {}).items():
         ax_p.axhline(value, linestyle=":", linewidth=0.8, color="black")
-        ax_p.annotate(name, (1, value), xycoords=("axes fraction", "data"), textcoords="offset points",
-                      xytext=(-60, 2), fontsize=7)
+        ax_p.annotate(
+            name,
+            (1, value),
+            xycoords=("axes fraction", "data"),
+            textcoords="offset points",
+            xytext=(-60, 2),
+            fontsize=7,
+        )
     ax_p.set_ylim(bottom=0)
     ax_p.set_ylabel("pressure index")
     ax_p.set_title(title, fontsize=10)
@@ -61,13 +80,25 @@ def fluid_timeline(history: list, timeline, transitions: list, path: Path, title
     t = np.asarray(timeline.t, dtype=np.float64)
     if roles.size:
         edges = np.append(t, t[-1] + (t[-1] - t[-2] if len(t) > 1 else 1.0))
-        ax_r.pcolormesh(edges, np.arange(roles.shape[1] + 1) - 0.5, roles.T, cmap=ListedColormap(ROLE_COLORS),
-                        vmin=-0.5, vmax=2.5, shading="flat")
+        ax_r.pcolormesh(
+            edges,
+            np.arange(roles.shape[1] + 1) - 0.5,
+            roles.T,
+            cmap=ListedColormap(ROLE_COLORS),
+            vmin=-0.5,
+            vmax=2.5,
+            shading="flat",
+        )
     for tr in transitions:
         end = tr.ended.get("route", tr.began_s)
         ax_r.plot([tr.began_s, end], [tr.worker, tr.worker], color="black", linewidth=3)
-        ax_r.annotate(f"{tr.src_role.value[0].upper()}->{tr.dst_role.value[0].upper()}", (tr.began_s, tr.worker),
-                      textcoords="offset points", xytext=(3, 4), fontsize=7)
+        ax_r.annotate(
+            f"{tr.src_role.value[0].upper()}->{tr.dst_role.value[0].upper()}",
+            (tr.began_s, tr.worker),
+            textcoords="offset points",
+            xytext=(3, 4),
+            fontsize=7,
+        )
         ax_p.axvline(tr.began_s, color="black", linewidth=0.6, alpha=0.6)
     ax_r.set_yticks(range(timeline.n_workers))
     ax_r.set_yticklabels([f"w{i}" for i in range(timeline.n_workers)], fontsize=7)
@@ -78,8 +109,14 @@ def fluid_timeline(history: list, timeline, transitions: list, path: Path, title
     for start, end, label in phases:
         ax_p.axvspan(start, end, color="#ffbb78" if "surge" in label else "#c5e0b4", alpha=0.25, zorder=0)
         ax_r.axvline(start, color="white", linewidth=1.2, linestyle="--")
-        ax_p.annotate(label, (start, 1), xycoords=("data", "axes fraction"), textcoords="offset points",
-                      xytext=(3, -10), fontsize=7)
+        ax_p.annotate(
+            label,
+            (start, 1),
+            xycoords=("data", "axes fraction"),
+            textcoords="offset points",
+            xytext=(3, -10),
+            fontsize=7,
+        )
     ax_p.legend(fontsize=7, loc="upper center")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

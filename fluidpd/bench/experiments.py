@@ -32,6 +32,7 @@ prefill in the surges, prefill -> decode in the waves), reports phase medians ov
 and per direction, and sets the median decode -> prefill transition (the seed's 280 ms case) against
 restarts modelled in `fluidpd.bench.restarts`.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,6 +45,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from fluidpd.bench.restarts import SEED_FLUIDROLE_S, SEED_TABLE2, SEED_WEIGHT_BYTES, RestartModel
+from fluidpd.bench.simrun import attainment_between, run_instrumented
 from fluidpd.core.metrics import Slo
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.fluidrole import PHASES
@@ -53,8 +56,6 @@ from fluidpd.sim.goodput import goodput_rate_scale
 from fluidpd.sim.run import Setup, SimResult
 from fluidpd.specs.hardware import get_hardware
 from fluidpd.specs.models import get_model
-from fluidpd.bench.restarts import SEED_FLUIDROLE_S, SEED_TABLE2, SEED_WEIGHT_BYTES, RestartModel
-from fluidpd.bench.simrun import attainment_between, run_instrumented
 from fluidpd.workload import load_trace, phase_shift
 from fluidpd.workload.trace import Trace
 
@@ -62,13 +63,13 @@ MODEL, DTYPE, GPU = "llama-3.3-70b", "fp8", "h100"
 N_WORKERS = 8
 JITTER_CV = 0.05
 SLO = Slo(ttft_s=2.0, tbt_s=0.040)
-BASELINE_SPLIT = 2                      # the seed's static 2P:6D
+BASELINE_SPLIT = 2  # the seed's static 2P:6D
 SPLITS = tuple(range(1, N_WORKERS))
 SYSTEMS = ("colocated", "chunked", "static-pd 2P:6D", "static-pd best", "fluidtoken", "fluidpd")
 FULL_WINDOW_S, QUICK_WINDOW_S = 600.0, 300.0
 PHASE_SHIFT = {"surge_rate": 5.0, "wave_rate": 1.0, "cycles": 2}
 GOODPUT_TARGET = 0.9
-GOODPUT_GOAL = 1.3                      # fluidpd vs the best static split, azure_code
+GOODPUT_GOAL = 1.3  # fluidpd vs the best static split, azure_code
 BURSTY_GOAL = {"fluidpd_attainment": 0.95, "fluidpd_tbt_p99_s": 0.040, "best_static_attainment": 0.70}
 
 
@@ -83,8 +84,13 @@ class Workload:
     def trace(self, scale: float, window_s: float, seed: int) -> Trace:
         if self.name == "phase_shift":
             cycles = PHASE_SHIFT["cycles"]
-            return phase_shift(window_s / (2 * cycles), surge_rate=PHASE_SHIFT["surge_rate"] * scale,
-                               wave_rate=PHASE_SHIFT["wave_rate"] * scale, cycles=cycles, seed=seed)
+            return phase_shift(
+                window_s / (2 * cycles),
+                surge_rate=PHASE_SHIFT["surge_rate"] * scale,
+                wave_rate=PHASE_SHIFT["wave_rate"] * scale,
+                cycles=cycles,
+                seed=seed,
+            )
         return load_trace(self.name).scale_rate(scale).window(0.0, window_s)
 
     def phases(self, window_s: float) -> list[tuple[float, float, str]]:
@@ -99,24 +105,33 @@ class Workload:
 WORKLOADS = {
     "azure_code": Workload("azure_code", (0.5, 1.0, 1.5, 2.0), (1.0, 2.0), 1.0, "Azure code (bursty)"),
     "azure_conv": Workload("azure_conv", (1.0, 1.5, 2.0, 3.0), (1.5, 3.0), 1.5, "Azure conversation"),
-    "phase_shift": Workload("phase_shift", (0.6, 0.8, 1.0, 1.2), (0.8, 1.0), 1.0,
-                            "phase shift: summarisation surge / generation wave"),
+    "phase_shift": Workload(
+        "phase_shift", (0.6, 0.8, 1.0, 1.2), (0.8, 1.0), 1.0, "phase shift: summarisation surge / generation wave"
+    ),
 }
 
 
 def setup(prefill_workers: int = BASELINE_SPLIT, seed: int = 0) -> Setup:
     """The evaluation cluster with a given static split."""
-    return Setup(get_model(MODEL, DTYPE), get_hardware(GPU), SLO,
-                 SimConfig(n_workers=N_WORKERS, step_jitter_cv=JITTER_CV, seed=seed),
-                 PolicyConfig(prefill_workers=prefill_workers))
+    return Setup(
+        get_model(MODEL, DTYPE),
+        get_hardware(GPU),
+        SLO,
+        SimConfig(n_workers=N_WORKERS, step_jitter_cv=JITTER_CV, seed=seed),
+        PolicyConfig(prefill_workers=prefill_workers),
+    )
 
 
 def ttft_justification() -> dict:
     """The p99 azure_code prompt and its prefill time alone on one worker (latency model)."""
     p99 = int(np.percentile(load_trace("azure_code").prompt_len, 99))
     t = setup().roofline().prefill_time(p99)
-    return {"p99_prompt_tokens": p99, "prefill_alone_s": t, "slo_ttft_s": SLO.ttft_s,
-            "queueing_headroom_s": SLO.ttft_s - t}
+    return {
+        "p99_prompt_tokens": p99,
+        "prefill_alone_s": t,
+        "slo_ttft_s": SLO.ttft_s,
+        "queueing_headroom_s": SLO.ttft_s - t,
+    }
 
 
 def split_label(k: int) -> str:
@@ -126,8 +141,17 @@ def split_label(k: int) -> str:
 def _transitions(result: SimResult) -> list[dict]:
     out = []
     for t in getattr(result.cluster.policy, "transitions", []):
-        out.append({"worker": t.worker, "from": t.src_role.value, "to": t.dst_role.value, "reason": t.reason,
-                    "began_s": t.began_s, "total_s": t.total_s if t.done else None, "phases_s": t.durations()})
+        out.append(
+            {
+                "worker": t.worker,
+                "from": t.src_role.value,
+                "to": t.dst_role.value,
+                "reason": t.reason,
+                "began_s": t.began_s,
+                "total_s": t.total_s if t.done else None,
+                "phases_s": t.durations(),
+            }
+        )
     return out
 
 
@@ -136,8 +160,9 @@ def _row(result: SimResult, system: str, k: int, trace: Trace, wl: Workload, win
     if result.policy in ("fluidtoken", "fluidpd"):
         row["transitions"] = _transitions(result)
     if wl.name == "phase_shift":
-        row["phase_attainment"] = {label: attainment_between(result, trace, SLO, a, b)
-                                   for a, b, label in wl.phases(window_s)}
+        row["phase_attainment"] = {
+            label: attainment_between(result, trace, SLO, a, b) for a, b, label in wl.phases(window_s)
+        }
     return row
 
 
@@ -150,9 +175,16 @@ def headline_of(wl: Workload, scales: tuple[float, ...]) -> float:
     return min(scales, key=lambda s: (abs(math.log(s / wl.headline)), s))
 
 
-def run_table1(workloads: list[str] | None = None, *, quick: bool = False, scales: tuple[float, ...] | None = None,
-               window_s: float | None = None, seed: int = 0, goodput: bool | None = None,
-               progress: bool = True) -> tuple[dict, dict]:
+def run_table1(
+    workloads: list[str] | None = None,
+    *,
+    quick: bool = False,
+    scales: tuple[float, ...] | None = None,
+    window_s: float | None = None,
+    seed: int = 0,
+    goodput: bool | None = None,
+    progress: bool = True,
+) -> tuple[dict, dict]:
     """Every system on every workload and rate scale. Returns (JSON-ready results, kept objects for
     plots: the fluidpd phase-shift run at the headline scale under "timeline")."""
     names = list(workloads or WORKLOADS)
@@ -170,14 +202,20 @@ def run_table1(workloads: list[str] | None = None, *, quick: bool = False, scale
     total = sum(len(s) for s in plan.values()) * per_scale
     results: dict = {"setting": _setting(window, seed, quick), "workloads": {}, "table1": {}}
     kept: dict = {}
-    cache: dict = {}   # (workload, policy, split, scale) -> attainment, shared with the goodput search
+    cache: dict = {}  # (workload, policy, split, scale) -> attainment, shared with the goodput search
     t_start = time.perf_counter()
     bar = tqdm(total=total, desc="table1", unit="run", file=sys.stderr, disable=not progress, mininterval=0.5)
     for name in names:
         wl = WORKLOADS[name]
         head = headline_of(wl, plan[name])
-        entry = {"about": wl.about, "window_s": window, "headline_scale": head, "scales": list(plan[name]),
-                 "phases": wl.phases(window), "runs": {}}
+        entry = {
+            "about": wl.about,
+            "window_s": window,
+            "headline_scale": head,
+            "scales": list(plan[name]),
+            "phases": wl.phases(window),
+            "runs": {},
+        }
         t0 = time.perf_counter()
         for x in plan[name]:
             trace = wl.trace(x, window, seed)
@@ -185,7 +223,9 @@ def run_table1(workloads: list[str] | None = None, *, quick: bool = False, scale
                 raise ValueError(f"{name} x{x:g}: the {window:g} s window holds no requests")
             keep = name == "phase_shift"
 
-            def run(policy: str, k: int, system: str) -> dict:
+            def run(
+                policy: str, k: int, system: str, *, name=name, wl=wl, head=head, x=x, trace=trace, keep=keep
+            ) -> dict:
                 bar.set_postfix_str(f"{name} x{x:g} {system}", refresh=False)
                 res = run_instrumented(trace, policy, setup(k, seed), keep_requests=keep)
                 bar.update(1)
@@ -194,16 +234,23 @@ def run_table1(workloads: list[str] | None = None, *, quick: bool = False, scale
                     kept["timeline"] = res
                 return _row(res, system, k, trace, wl, window)
 
-            systems = {"colocated": run("colocated", BASELINE_SPLIT, "colocated"),
-                       "chunked": run("chunked", BASELINE_SPLIT, "chunked")}
+            systems = {
+                "colocated": run("colocated", BASELINE_SPLIT, "colocated"),
+                "chunked": run("chunked", BASELINE_SPLIT, "chunked"),
+            }
             splits = {k: run("static-pd", k, f"static-pd {split_label(k)}") for k in SPLITS}
             best = best_split(splits)
             systems["static-pd 2P:6D"] = splits[BASELINE_SPLIT]
             systems["static-pd best"] = {**splits[best], "system": "static-pd best"}
             systems["fluidtoken"] = run("fluidtoken", BASELINE_SPLIT, "fluidtoken")
             systems["fluidpd"] = run("fluidpd", BASELINE_SPLIT, "fluidpd")
-            entry["runs"][f"{x:g}"] = {"scale": x, "requests": len(trace), "best_split": split_label(best),
-                                       "systems": systems, "splits": {split_label(k): r for k, r in splits.items()}}
+            entry["runs"][f"{x:g}"] = {
+                "scale": x,
+                "requests": len(trace),
+                "best_split": split_label(best),
+                "systems": systems,
+                "splits": {split_label(k): r for k, r in splits.items()},
+            }
         entry["wall_s"] = time.perf_counter() - t0
         results["workloads"][name] = entry
         results["table1"][name] = [entry["runs"][f"{head:g}"]["systems"][s] for s in SYSTEMS]
@@ -216,11 +263,25 @@ def run_table1(workloads: list[str] | None = None, *, quick: bool = False, scale
 
 def _setting(window: float, seed: int, quick: bool) -> dict:
     m = get_model(MODEL, DTYPE)
-    return {"model": MODEL, "dtype": DTYPE, "gpu": GPU, "workers": N_WORKERS, "tp": 1, "jitter_cv": JITTER_CV,
-            "slo_ttft_s": SLO.ttft_s, "slo_tbt_s": SLO.tbt_s, "weight_bytes": m.weight_bytes,
-            "kv_tokens_per_worker": setup().kv_blocks(setup().roofline()) * SimConfig().block_size,
-            "ttft_justification": ttft_justification(), "window_s": window, "seed": seed, "quick": quick,
-            "phase_shift": PHASE_SHIFT, "baseline_split": split_label(BASELINE_SPLIT), "systems": list(SYSTEMS)}
+    return {
+        "model": MODEL,
+        "dtype": DTYPE,
+        "gpu": GPU,
+        "workers": N_WORKERS,
+        "tp": 1,
+        "jitter_cv": JITTER_CV,
+        "slo_ttft_s": SLO.ttft_s,
+        "slo_tbt_s": SLO.tbt_s,
+        "weight_bytes": m.weight_bytes,
+        "kv_tokens_per_worker": setup().kv_blocks(setup().roofline()) * SimConfig().block_size,
+        "ttft_justification": ttft_justification(),
+        "window_s": window,
+        "seed": seed,
+        "quick": quick,
+        "phase_shift": PHASE_SHIFT,
+        "baseline_split": split_label(BASELINE_SPLIT),
+        "systems": list(SYSTEMS),
+    }
 
 
 def _goodput(plan: dict, window: float, seed: int, cache: dict, progress: bool) -> dict:
@@ -239,6 +300,7 @@ def _goodput(plan: dict, window: float, seed: int, cache: dict, progress: bool) 
                 cache[key] = res.summary["attainment"]
                 bar.update(1)
             return cache[key]
+
         return at
 
     t0 = time.perf_counter()
@@ -248,11 +310,21 @@ def _goodput(plan: dict, window: float, seed: int, cache: dict, progress: bool) 
     bar.close()
     best = max(static, key=static.get)
     ratio = fluid / static[best] if static[best] > 0 else math.inf
-    return {"workload": wl.name, "target_attainment": GOODPUT_TARGET, "fluidpd": fluid, "static_pd": static,
-            "best_static_split": best, "best_static": static[best],
-            "ratio_vs_best_static": ratio,
-            "ratio_vs_2p6d": fluid / static[split_label(BASELINE_SPLIT)] if static[split_label(BASELINE_SPLIT)] else math.inf,
-            "goal": GOODPUT_GOAL, "met": ratio >= GOODPUT_GOAL, "wall_s": time.perf_counter() - t0}
+    return {
+        "workload": wl.name,
+        "target_attainment": GOODPUT_TARGET,
+        "fluidpd": fluid,
+        "static_pd": static,
+        "best_static_split": best,
+        "best_static": static[best],
+        "ratio_vs_best_static": ratio,
+        "ratio_vs_2p6d": fluid / static[split_label(BASELINE_SPLIT)]
+        if static[split_label(BASELINE_SPLIT)]
+        else math.inf,
+        "goal": GOODPUT_GOAL,
+        "met": ratio >= GOODPUT_GOAL,
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def _goals(results: dict) -> dict:
@@ -263,15 +335,29 @@ def _goals(results: dict) -> dict:
 
         def check(run: dict) -> dict:
             f, b = run["systems"]["fluidpd"], run["systems"]["static-pd best"]
-            return {"scale": run["scale"], "fluidpd_attainment": f["attainment"], "fluidpd_tbt_p99_s": f["tbt_p99_s"],
-                    "best_static_split": run["best_split"], "best_static_attainment": b["attainment"],
-                    "met": bool(f["attainment"] >= g["fluidpd_attainment"] and f["tbt_p99_s"] <= g["fluidpd_tbt_p99_s"]
-                                and b["attainment"] <= g["best_static_attainment"])}
+            return {
+                "scale": run["scale"],
+                "fluidpd_attainment": f["attainment"],
+                "fluidpd_tbt_p99_s": f["tbt_p99_s"],
+                "best_static_split": run["best_split"],
+                "best_static_attainment": b["attainment"],
+                "met": bool(
+                    f["attainment"] >= g["fluidpd_attainment"]
+                    and f["tbt_p99_s"] <= g["fluidpd_tbt_p99_s"]
+                    and b["attainment"] <= g["best_static_attainment"]
+                ),
+            }
+
         checks = [check(r) for r in code["runs"].values()]
         head = next(c for c in checks if c["scale"] == code["headline_scale"])
-        goals["bursty"] = {"goal": g, "workload": "azure_code", "at_headline": head,
-                           "met_at_headline": head["met"], "met_at_scales": [c["scale"] for c in checks if c["met"]],
-                           "per_scale": checks}
+        goals["bursty"] = {
+            "goal": g,
+            "workload": "azure_code",
+            "at_headline": head,
+            "met_at_headline": head["met"],
+            "met_at_scales": [c["scale"] for c in checks if c["met"]],
+            "per_scale": checks,
+        }
     if results.get("goodput"):
         gp = results["goodput"]
         goals["goodput"] = {"goal": gp["goal"], "ratio": gp["ratio_vs_best_static"], "met": gp["met"]}
@@ -282,14 +368,16 @@ def _goals(results: dict) -> dict:
 def forced_schedule(window_s: float) -> tuple[tuple[float, Role], ...]:
     """Mid-phase admin switches on the phase-shift workload: decode -> prefill in every surge,
     prefill -> decode in every wave."""
-    return tuple(((a + b) / 2, Role.PREFILL if label.startswith("surge") else Role.DECODE)
-                 for a, b, label in WORKLOADS["phase_shift"].phases(window_s))
+    return tuple(
+        ((a + b) / 2, Role.PREFILL if label.startswith("surge") else Role.DECODE)
+        for a, b, label in WORKLOADS["phase_shift"].phases(window_s)
+    )
 
 
 def run_table2(window_s: float | None = None, seed: int = 0) -> dict:
     """FluidRole phase durations (simulated, phase-shift workload) vs modelled restarts."""
     wl = WORKLOADS["phase_shift"]
-    window = window_s or FULL_WINDOW_S   # four 150 s phases, as in Table 1
+    window = window_s or FULL_WINDOW_S  # four 150 s phases, as in Table 1
     trace = wl.trace(wl.headline, window, seed)
     t0 = time.perf_counter()
     result = run_instrumented(trace, "fluidpd", setup(BASELINE_SPLIT, seed))
@@ -317,31 +405,80 @@ def run_table2(window_s: float | None = None, seed: int = 0) -> dict:
     fp16 = get_model(MODEL, "fp16").weight_bytes
 
     def rows(weight_bytes: float) -> list[dict]:
-        out = [{"mechanism": m, "weight_reload_s": w, "context_rebuild_s": c, "total_s": tot,
-                "vs_fluidrole": tot / fluid_total} for m, (w, c, tot) in model.costs(weight_bytes).items()]
-        out.append({"mechanism": "FluidRole decode->prefill (simulated)", "weight_reload_s": 0.0,
-                    "context_rebuild_s": 0.0, "total_s": fluid_total, "vs_fluidrole": 1.0})
-        out.append({"mechanism": "FluidRole, all transitions (simulated)", "weight_reload_s": 0.0,
-                    "context_rebuild_s": 0.0, "total_s": med["total"], "vs_fluidrole": med["total"] / fluid_total})
+        out = [
+            {
+                "mechanism": m,
+                "weight_reload_s": w,
+                "context_rebuild_s": c,
+                "total_s": tot,
+                "vs_fluidrole": tot / fluid_total,
+            }
+            for m, (w, c, tot) in model.costs(weight_bytes).items()
+        ]
+        out.append(
+            {
+                "mechanism": "FluidRole decode->prefill (simulated)",
+                "weight_reload_s": 0.0,
+                "context_rebuild_s": 0.0,
+                "total_s": fluid_total,
+                "vs_fluidrole": 1.0,
+            }
+        )
+        out.append(
+            {
+                "mechanism": "FluidRole, all transitions (simulated)",
+                "weight_reload_s": 0.0,
+                "context_rebuild_s": 0.0,
+                "total_s": med["total"],
+                "vs_fluidrole": med["total"] / fluid_total,
+            }
+        )
         return out
 
     return {
-        "setting": {"model": MODEL, "gpu": GPU, "workers": N_WORKERS, "workload": "phase_shift",
-                    "phase_shift": PHASE_SHIFT, "window_s": window, "requests": len(trace), "seed": seed,
-                    "phase_constants_s": {p: setup().sim.phase_s(p) for p in PHASES[1:]}},
-        "fluidrole": {"forced": forced, "transitions": len(done), "median_s": med, "by_direction": by_direction,
-                      "table_total_s": fluid_total,
-                      "max_total_s": max(t.total_s for t in done), "min_total_s": min(t.total_s for t in done),
-                      "details": _transitions(result), "sim_wall_s": wall},
-        "restart_model": {"disk_bw_bytes_s": model.disk_bw, "shm_bw_bytes_s": model.shm_bw,
-                          "vm_provision_s": model.vm_provision_s,
-                          "cold_context_s": model.cold_context_s, "warm_context_s": model.warm_context_s,
-                          "autoscaler_context_s": model.autoscaler_context_s},
+        "setting": {
+            "model": MODEL,
+            "gpu": GPU,
+            "workers": N_WORKERS,
+            "workload": "phase_shift",
+            "phase_shift": PHASE_SHIFT,
+            "window_s": window,
+            "requests": len(trace),
+            "seed": seed,
+            "phase_constants_s": {p: setup().sim.phase_s(p) for p in PHASES[1:]},
+        },
+        "fluidrole": {
+            "forced": forced,
+            "transitions": len(done),
+            "median_s": med,
+            "by_direction": by_direction,
+            "table_total_s": fluid_total,
+            "max_total_s": max(t.total_s for t in done),
+            "min_total_s": min(t.total_s for t in done),
+            "details": _transitions(result),
+            "sim_wall_s": wall,
+        },
+        "restart_model": {
+            "disk_bw_bytes_s": model.disk_bw,
+            "shm_bw_bytes_s": model.shm_bw,
+            "vm_provision_s": model.vm_provision_s,
+            "cold_context_s": model.cold_context_s,
+            "warm_context_s": model.warm_context_s,
+            "autoscaler_context_s": model.autoscaler_context_s,
+        },
         "fp8": {"weight_bytes": fp8, "rows": rows(fp8)},
         "fp16": {"weight_bytes": fp16, "rows": rows(fp16)},
         "seed_140gb_model": {"weight_bytes": SEED_WEIGHT_BYTES, "rows": rows(SEED_WEIGHT_BYTES)},
-        "seed_table": [{"mechanism": m, "weight_reload_s": w, "context_rebuild_s": c, "total_s": tot,
-                        "vs_fluidrole": tot / SEED_FLUIDROLE_S} for m, (w, c, tot) in SEED_TABLE2.items()],
+        "seed_table": [
+            {
+                "mechanism": m,
+                "weight_reload_s": w,
+                "context_rebuild_s": c,
+                "total_s": tot,
+                "vs_fluidrole": tot / SEED_FLUIDROLE_S,
+            }
+            for m, (w, c, tot) in SEED_TABLE2.items()
+        ],
     }
 
 
@@ -360,19 +497,30 @@ def write_table1_plots(results: dict, kept: dict, directory: Path) -> list[Path]
         runs = [entry["runs"][f"{x:g}"] for x in entry["scales"]]
         curves = {s: (entry["scales"], [r["systems"][s]["attainment"] for r in runs]) for s in SYSTEMS}
         notes = {"static-pd best": [r["best_split"] for r in runs]}
-        xlabel = ("load multiplier of the surge and wave rates" if name == "phase_shift"
-                  else "rate scale (time compressed by x)")
-        title = (f"{entry['about']}: {N_WORKERS} x {GPU} {MODEL} {DTYPE}, SLO TTFT {SLO.ttft_s:g} s, "
-                 f"TBT {SLO.tbt_s * 1e3:g} ms")
+        xlabel = (
+            "load multiplier of the surge and wave rates"
+            if name == "phase_shift"
+            else "rate scale (time compressed by x)"
+        )
+        title = (
+            f"{entry['about']}: {N_WORKERS} x {GPU} {MODEL} {DTYPE}, SLO TTFT {SLO.ttft_s:g} s, "
+            f"TBT {SLO.tbt_s * 1e3:g} ms"
+        )
         paths.append(attainment_vs_rate(curves, directory / f"attainment_vs_rate_{name}.png", title, xlabel, notes))
     res = kept.get("timeline")
     if res is not None:
         policy = res.cluster.policy
         f = policy.fluid
         entry = results["workloads"]["phase_shift"]
-        paths.append(fluid_timeline(
-            policy.history, res.cluster.timeline, policy.transitions, directory / "fluidpd_phase_shift_timeline.png",
-            f"fluidpd on phase_shift x{entry['headline_scale']:g}: pressure indices and worker roles",
-            phases=[tuple(p) for p in entry["phases"]],
-            thresholds={"1.0": 1.0, "theta_P_high": f.theta_p_high, "theta_D_high": f.theta_d_high}))
+        paths.append(
+            fluid_timeline(
+                policy.history,
+                res.cluster.timeline,
+                policy.transitions,
+                directory / "fluidpd_phase_shift_timeline.png",
+                f"fluidpd on phase_shift x{entry['headline_scale']:g}: pressure indices and worker roles",
+                phases=[tuple(p) for p in entry["phases"]],
+                thresholds={"1.0": 1.0, "theta_P_high": f.theta_p_high, "theta_D_high": f.theta_d_high},
+            )
+        )
     return paths

@@ -7,10 +7,12 @@ length with ignore_eos, so the server generates exactly that many tokens. The cl
 the time to first token and every inter-token gap, and aggregates them the way the simulator
 does (fluidpd.core.metrics.MetricsCollector), so the rows compare with `fluidpd simulate`.
 """
+
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import itertools
 import json
 import math
 import sys
@@ -41,8 +43,10 @@ def check_loopback(url: str) -> str:
         except ValueError:
             ok = False
     if not ok:
-        raise ValueError(f"refusing to send load to {host!r}: fluidpd bench only targets loopback servers "
-                         f"(127.0.0.0/8, ::1, localhost)")
+        raise ValueError(
+            f"refusing to send load to {host!r}: fluidpd bench only targets loopback servers "
+            f"(127.0.0.0/8, ::1, localhost)"
+        )
     path = u.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[:-3]
@@ -52,7 +56,7 @@ def check_loopback(url: str) -> str:
 @dataclass(slots=True)
 class BenchRequest:
     index: int
-    arrival_s: float          # offset from the start of the run
+    arrival_s: float  # offset from the start of the run
     prompt_ids: list[int]
     max_tokens: int
 
@@ -63,7 +67,7 @@ class BenchResult:
     prompt_len: int
     max_tokens: int
     send_s: float = math.nan
-    token_s: list[float] = field(default_factory=list)   # arrival time of every token
+    token_s: list[float] = field(default_factory=list)  # arrival time of every token
     finish_s: float = math.nan
     finish_reason: str | None = None
     error: str | None = None
@@ -109,6 +113,7 @@ def plan_requests(trace: Trace, corpus_ids: list[int], max_model_len: int | None
 
 # ---------------------------------------------------------------------- talking to the server
 
+
 async def server_info(client, base: str) -> dict:
     """Model name and max_model_len from /v1/models; policy from /v1/admin/cluster when there is one."""
     r = await client.get(f"{base}/v1/models")
@@ -135,12 +140,20 @@ async def tokenize(client, base: str, model: str, text: str) -> tuple[list[int],
     return list(body["tokens"]), body.get("max_model_len")
 
 
-async def send_one(client, base: str, model: str, req: BenchRequest, t0: float, res: BenchResult,
-                   temperature: float = 0.0) -> None:
+async def send_one(
+    client, base: str, model: str, req: BenchRequest, t0: float, res: BenchResult, temperature: float = 0.0
+) -> None:
     """Stream one completion; fills `res` (times relative to t0)."""
-    body = {"model": model, "prompt": req.prompt_ids, "max_tokens": req.max_tokens, "temperature": temperature,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
-            "return_token_ids": True}
+    body = {
+        "model": model,
+        "prompt": req.prompt_ids,
+        "max_tokens": req.max_tokens,
+        "temperature": temperature,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+    }
     res.send_s = time.perf_counter() - t0
     try:
         async with client.stream("POST", f"{base}/v1/completions", json=body) as resp:
@@ -188,14 +201,29 @@ def _message(text: str) -> str:
         return text[:200]
 
 
-async def replay(client, base: str, model: str, requests: list[BenchRequest], *, drain_timeout_s: float = 300.0,
-                 progress: bool = True, temperature: float = 0.0) -> tuple[list[BenchResult], float]:
+async def replay(
+    client,
+    base: str,
+    model: str,
+    requests: list[BenchRequest],
+    *,
+    drain_timeout_s: float = 300.0,
+    progress: bool = True,
+    temperature: float = 0.0,
+) -> tuple[list[BenchResult], float]:
     """Send every request at its arrival offset (open loop); results and the run's wall time."""
     from tqdm import tqdm
 
     results = [BenchResult(r.index, len(r.prompt_ids), r.max_tokens) for r in requests]
-    bar = tqdm(total=len(requests), desc="bench", unit="req", file=sys.stderr, disable=not progress,
-               mininterval=0.5, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(requests),
+        desc="bench",
+        unit="req",
+        file=sys.stderr,
+        disable=not progress,
+        mininterval=0.5,
+        dynamic_ncols=True,
+    )
     t0 = time.perf_counter()
 
     async def run(req: BenchRequest, res: BenchResult) -> None:
@@ -225,6 +253,7 @@ async def replay(client, base: str, model: str, requests: list[BenchRequest], *,
 
 # ---------------------------------------------------------------------- aggregates
 
+
 def summarize(results: list[BenchResult], slo: Slo, policy: str) -> dict:
     """The `fluidpd simulate` row for these results (failed requests count as misses)."""
     mc = MetricsCollector(slo)
@@ -237,7 +266,7 @@ def summarize(results: list[BenchResult], slo: Slo, policy: str) -> dict:
         times = r.token_s
         req.generated = len(times)
         req.first_token_s, req.last_token_s, req.finish_s = times[0], times[-1], max(r.finish_s, times[-1])
-        for a, b in zip(times, times[1:]):
+        for a, b in itertools.pairwise(times):
             mc.on_gap(b - a)
             req.add_gap(b - a, slo.tbt_s)
         mc.on_finish(req)
@@ -267,7 +296,7 @@ class BenchConfig:
     drain_timeout_s: float = 300.0
     progress: bool = True
     temperature: float = 0.0
-    tokenizer: str | None = None      # local tokenizer source, when the server has no /tokenize
+    tokenizer: str | None = None  # local tokenizer source, when the server has no /tokenize
 
 
 async def run_bench(cfg: BenchConfig) -> tuple[dict, list[BenchResult]]:
@@ -287,26 +316,37 @@ async def run_bench(cfg: BenchConfig) -> tuple[dict, list[BenchResult]]:
             try:
                 ids, mml = await tokenize(client, base, model, text)
             except httpx.HTTPStatusError as exc:
-                raise ValueError(f"the server cannot tokenize ({exc.response.status_code} from /tokenize); "
-                                 f"pass --tokenizer with the served model's tokenizer") from None
+                raise ValueError(
+                    f"the server cannot tokenize ({exc.response.status_code} from /tokenize); "
+                    f"pass --tokenizer with the served model's tokenizer"
+                ) from None
         max_len = cfg.max_model_len or info.get("max_model_len") or mml
         plan = plan_requests(cfg.trace, ids, max_len, cfg.seed)
-        results, wall = await replay(client, base, model, plan.requests, drain_timeout_s=cfg.drain_timeout_s,
-                                     progress=cfg.progress, temperature=cfg.temperature)
+        results, wall = await replay(
+            client,
+            base,
+            model,
+            plan.requests,
+            drain_timeout_s=cfg.drain_timeout_s,
+            progress=cfg.progress,
+            temperature=cfg.temperature,
+        )
     row = summarize(results, cfg.slo, info.get("policy") or "server")
     sent = [r.send_s for r in results if not math.isnan(r.send_s)]
     lag = [r.send_s - q.arrival_s for r, q in zip(results, plan.requests) if not math.isnan(r.send_s)]
-    row.update({
-        "wall_s": wall,
-        "clipped_prompts": plan.clipped_prompts,
-        "clipped_outputs": plan.clipped_outputs,
-        "max_model_len": max_len,
-        "model": model,
-        "trace": cfg.trace_name or cfg.trace.name,
-        "offered_rate_rps": len(sent) / cfg.trace.duration_s if cfg.trace.duration_s > 0 else float(len(sent)),
-        "max_send_lag_s": float(np.max(lag)) if lag else 0.0,
-        "errors": error_counts(results),
-    })
+    row.update(
+        {
+            "wall_s": wall,
+            "clipped_prompts": plan.clipped_prompts,
+            "clipped_outputs": plan.clipped_outputs,
+            "max_model_len": max_len,
+            "model": model,
+            "trace": cfg.trace_name or cfg.trace.name,
+            "offered_rate_rps": len(sent) / cfg.trace.duration_s if cfg.trace.duration_s > 0 else float(len(sent)),
+            "max_send_lag_s": float(np.max(lag)) if lag else 0.0,
+            "errors": error_counts(results),
+        }
+    )
     return row, results
 
 

@@ -1,4 +1,5 @@
 """PNG plots: TTFT and TBT CDFs across policies, and per-policy timelines of queues and use."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,11 +7,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 
-def cdf_plot(series: dict[str, tuple[np.ndarray, np.ndarray]], xlabel: str, path: Path, slo: float | None = None) -> Path:
+def cdf_plot(
+    series: dict[str, tuple[np.ndarray, np.ndarray]], xlabel: str, path: Path, slo: float | None = None
+) -> Path:
     """`series`: label -> (values, cumulative fraction)."""
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, (x, y) in series.items():
@@ -37,8 +40,12 @@ def sorted_cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def timeline_plot(timeline, title: str, path: Path) -> Path:
     """Queue length, decoding batch, KV use and utilisation of every worker over time."""
     t = np.asarray(timeline.t)
-    panels = [("queued requests", timeline.queue), ("decoding requests", timeline.decoding),
-              ("KV use", timeline.kv_use), ("utilisation", timeline.utilization)]
+    panels = [
+        ("queued requests", timeline.queue),
+        ("decoding requests", timeline.decoding),
+        ("KV use", timeline.kv_use),
+        ("utilisation", timeline.utilization),
+    ]
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 9), sharex=True)
     for ax, (label, data) in zip(axes, panels):
         arr = np.asarray(data, dtype=np.float64)

@@ -1,9 +1,10 @@
 """Tables and plots of serving results (simulated or measured): one row per policy."""
+
 from __future__ import annotations
 
 import json
-import sys
 import math
+import sys
 from pathlib import Path
 
 from rich.console import Console

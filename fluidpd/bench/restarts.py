@@ -12,20 +12,21 @@ autoscaler's 185 s lumps VM provisioning with a cold weight load (the seed lists
 Weight Reload"), so it is modelled as 185 - 82.4 = 102.6 s of provisioning that does not depend on
 the model, plus the cold load at disk bandwidth, plus 8.4 s; for 140 GB this is the seed's 193.4 s.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SEED_WEIGHT_BYTES = 140e9      # the seed's 70B FP16 model
+SEED_WEIGHT_BYTES = 140e9  # the seed's 70B FP16 model
 SEED_DISK_LOAD_S = 82.4
 SEED_COLD_CONTEXT_S = 4.8
 SEED_SHM_LOAD_S = 14.1
 SEED_WARM_CONTEXT_S = 3.2
-SEED_AUTOSCALER_S = 185.0      # VM provisioning + weight load, as the seed's table reports it
+SEED_AUTOSCALER_S = 185.0  # VM provisioning + weight load, as the seed's table reports it
 SEED_AUTOSCALER_CONTEXT_S = 8.4
 SEED_FLUIDROLE_S = 0.28
 
-SEED_TABLE2 = {                # mechanism -> (weight reload s, context rebuild s, total s), as printed
+SEED_TABLE2 = {  # mechanism -> (weight reload s, context rebuild s, total s), as printed
     "cold process restart": (82.4, 4.8, 87.2),
     "warm container restart": (14.1, 3.2, 17.3),
     "dynamic autoscaler (K8s)": (185.0, 8.4, 193.4),
@@ -37,8 +38,8 @@ SEED_TABLE2 = {                # mechanism -> (weight reload s, context rebuild 
 class RestartModel:
     """Bandwidths and fixed costs of the three restart mechanisms."""
 
-    disk_bw: float = SEED_WEIGHT_BYTES / SEED_DISK_LOAD_S       # bytes/s
-    shm_bw: float = SEED_WEIGHT_BYTES / SEED_SHM_LOAD_S         # bytes/s
+    disk_bw: float = SEED_WEIGHT_BYTES / SEED_DISK_LOAD_S  # bytes/s
+    shm_bw: float = SEED_WEIGHT_BYTES / SEED_SHM_LOAD_S  # bytes/s
     cold_context_s: float = SEED_COLD_CONTEXT_S
     warm_context_s: float = SEED_WARM_CONTEXT_S
     vm_provision_s: float = SEED_AUTOSCALER_S - SEED_DISK_LOAD_S

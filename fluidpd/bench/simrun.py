@@ -4,6 +4,7 @@
 * admin role switches at given times (FluidPD.force_role), so FluidRole's phases can be timed on a
   run whose pressure never triggers one on its own.
 """
+
 from __future__ import annotations
 
 from fluidpd.core.metrics import Slo
@@ -16,8 +17,15 @@ from fluidpd.workload.trace import Trace
 from fluidpd.world.events import EventKind
 
 
-def run_instrumented(trace: Trace, policy_name: str, setup: Setup, *, keep_requests: bool = False,
-                     forced: tuple[tuple[float, Role], ...] = (), progress=None) -> SimResult:
+def run_instrumented(
+    trace: Trace,
+    policy_name: str,
+    setup: Setup,
+    *,
+    keep_requests: bool = False,
+    forced: tuple[tuple[float, Role], ...] = (),
+    progress=None,
+) -> SimResult:
     """Run `trace` under `policy_name` as `simulate` does.
 
     keep_requests: keep finished Request objects in `result.cluster.metrics.finished`.
@@ -44,8 +52,9 @@ def run_instrumented(trace: Trace, policy_name: str, setup: Setup, *, keep_reque
         for at, role in sorted(forced, key=lambda f: f[0]):
             cluster.loop.at(at, EventKind.CONTROL, force, (at, role))
 
-    result = simulate(trace, policy_name, setup, progress, keep_requests=keep_requests,
-                      before_run=schedule_forced if forced else None)
+    result = simulate(
+        trace, policy_name, setup, progress, keep_requests=keep_requests, before_run=schedule_forced if forced else None
+    )
     if forced:
         result.summary["forced_skipped"] = skipped
     return result
@@ -58,6 +67,5 @@ def attainment_between(result: SimResult, trace: Trace, slo: Slo, start_s: float
     if finished is None:
         raise ValueError("run with keep_requests=True to split attainment by arrival time")
     n = int(((trace.arrival_s >= start_s) & (trace.arrival_s < end_s)).sum())
-    ok = sum(1 for r in finished if start_s <= r.arrival_s < end_s
-             and r.ttft_s <= slo.ttft_s and r.tpot_s <= slo.tbt_s)
+    ok = sum(1 for r in finished if start_s <= r.arrival_s < end_s and r.ttft_s <= slo.ttft_s and r.tpot_s <= slo.tbt_s)
     return ok / n if n else float("nan")

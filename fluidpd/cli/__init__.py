@@ -1,4 +1,5 @@
 """The `fluidpd` command line: one module per subcommand, registered by name, loaded on use."""
+
 from __future__ import annotations
 
 import argparse

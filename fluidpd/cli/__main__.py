@@ -1,4 +1,5 @@
 """`python -m fluidpd.cli`: the `fluidpd` command."""
+
 import sys
 
 from fluidpd.cli import main

@@ -1,4 +1,5 @@
 """Argument types shared by the command-line tools."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,6 +7,7 @@ import argparse
 
 def positive(kind):
     """An argparse type: `kind(text)`, which must be > 0 (a clear message otherwise)."""
+
     def parse(text: str):
         try:
             value = kind(text)
@@ -14,4 +16,5 @@ def positive(kind):
         if not value > 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
+
     return parse

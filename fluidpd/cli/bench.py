@@ -7,6 +7,7 @@
 Open-loop arrivals at the trace's timestamps; prompts of the trace's exact token lengths; the
 same table and JSON keys as `fluidpd simulate`. Loopback servers only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,30 +20,44 @@ from fluidpd.cli.argtypes import positive
 DEFAULT_MAX_REQUESTS = 2000
 
 
-
-
 def register(sub) -> None:
     from fluidpd.workload.registry import TRACES
 
-    p = sub.add_parser("bench", help="replay a trace against a running server (open loop)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "bench",
+        help="replay a trace against a running server (open loop)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000 (loopback only)")
     p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACES)}, or a file")
     p.add_argument("--rate-scale", type=positive(float), default=1.0, help="compress time by X")
-    p.add_argument("--duration", type=positive(float), default=60.0,
-                   help="replay the trace's first SEC seconds (after rate scaling; default 60)")
+    p.add_argument(
+        "--duration",
+        type=positive(float),
+        default=60.0,
+        help="replay the trace's first SEC seconds (after rate scaling; default 60)",
+    )
     p.add_argument("--ttft-slo", type=positive(float), required=True, help="seconds")
     p.add_argument("--tbt-slo", type=positive(float), required=True, help="seconds")
     p.add_argument("--out", type=Path, help="write the row as JSON (same keys as fluidpd simulate)")
     p.add_argument("--max-requests", type=positive(int), default=DEFAULT_MAX_REQUESTS)
     p.add_argument("--seed", type=int, default=0, help="trace loading and prompt offsets")
     p.add_argument("--model", default=None, help="model name to send (default: the server's)")
-    p.add_argument("--max-model-len", type=positive(int), default=None,
-                   help="clip prompt + output to this (default: the server's)")
-    p.add_argument("--drain-timeout", type=positive(float), default=300.0,
-                   help="seconds after the last arrival before unfinished requests count as failed")
-    p.add_argument("--tokenizer", default=None,
-                   help="local tokenizer source ('smollm2', a .gguf, a dir) if the server has no /tokenize")
+    p.add_argument(
+        "--max-model-len", type=positive(int), default=None, help="clip prompt + output to this (default: the server's)"
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=positive(float),
+        default=300.0,
+        help="seconds after the last arrival before unfinished requests count as failed",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="local tokenizer source ('smollm2', a .gguf, a dir) if the server has no /tokenize",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -53,15 +68,23 @@ def run(args: argparse.Namespace) -> int:
     from fluidpd.core.metrics import Slo
     from fluidpd.workload.registry import load_trace
 
-    check_loopback(args.url)          # ValueError -> exit 2, before loading anything
+    check_loopback(args.url)  # ValueError -> exit 2, before loading anything
     base = load_trace(args.trace, seed=args.seed)
     trace = shape_trace(base, args.rate_scale, args.duration, args.max_requests)
     if len(trace) == 0:
         raise ValueError("the trace window holds no requests (raise --duration or --rate-scale)")
-    cfg = BenchConfig(url=args.url, trace=trace, slo=Slo(args.ttft_slo, args.tbt_slo), trace_name=str(args.trace),
-                      model=args.model, max_model_len=args.max_model_len, seed=args.seed,
-                      drain_timeout_s=args.drain_timeout, progress=not args.no_progress,
-                      tokenizer=args.tokenizer)
+    cfg = BenchConfig(
+        url=args.url,
+        trace=trace,
+        slo=Slo(args.ttft_slo, args.tbt_slo),
+        trace_name=str(args.trace),
+        model=args.model,
+        max_model_len=args.max_model_len,
+        seed=args.seed,
+        drain_timeout_s=args.drain_timeout,
+        progress=not args.no_progress,
+        tokenizer=args.tokenizer,
+    )
     try:
         row, _ = asyncio.run(run_bench(cfg))
     except OSError as exc:
@@ -70,13 +93,17 @@ def run(args: argparse.Namespace) -> int:
         if type(exc).__module__.startswith("httpx"):
             raise ValueError(f"cannot talk to {args.url}: {exc}") from None
         raise
-    title = (f"{args.trace} x{args.rate_scale:g}: {row['requests']} requests against {args.url} "
-             f"({row['model']}), SLO TTFT {args.ttft_slo}s TBT {args.tbt_slo * 1e3:g}ms")
+    title = (
+        f"{args.trace} x{args.rate_scale:g}: {row['requests']} requests against {args.url} "
+        f"({row['model']}), SLO TTFT {args.ttft_slo}s TBT {args.tbt_slo * 1e3:g}ms"
+    )
     print_table([row], title)
     notes = []
     if row["clipped_prompts"] or row["clipped_outputs"]:
-        notes.append(f"clipped to max_model_len {row['max_model_len']}: {row['clipped_prompts']} prompts, "
-                     f"{row['clipped_outputs']} outputs")
+        notes.append(
+            f"clipped to max_model_len {row['max_model_len']}: {row['clipped_prompts']} prompts, "
+            f"{row['clipped_outputs']} outputs"
+        )
     if row["failed"]:
         first = next(iter(row["errors"].items()))
         notes.append(f"{row['failed']} requests failed (counted as misses); most common: {first[1]} x {first[0]}")

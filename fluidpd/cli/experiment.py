@@ -1,8 +1,9 @@
 """`fluidpd experiment`: the FluidPD seed's Table 1 and Table 2, reproduced in simulation.
 
-  fluidpd experiment table1 [--quick] [--out DIR] [--seed N]
-  fluidpd experiment table2 [--out DIR] [--seed N]
+fluidpd experiment table1 [--quick] [--out DIR] [--seed N]
+fluidpd experiment table2 [--out DIR] [--seed N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,17 +40,26 @@ def _workloads(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     bad = [n for n in names if n not in ex.WORKLOADS]
     if not names or bad:
-        raise argparse.ArgumentTypeError(f"unknown workload {', '.join(bad) or text!r}; "
-                                         f"choose from {', '.join(ex.WORKLOADS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown workload {', '.join(bad) or text!r}; choose from {', '.join(ex.WORKLOADS)}"
+        )
     return names
 
 
 def register(sub) -> None:
-    p = sub.add_parser("experiment", help="the seed's Table 1 / Table 2 in simulation", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "experiment",
+        help="the seed's Table 1 / Table 2 in simulation",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     which = p.add_subparsers(dest="table", required=True, parser_class=type(p))
-    t1 = which.add_parser("table1", help="SLO attainment, P99 TTFT and TBT of six systems on three workloads",
-                          description=ex.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t1 = which.add_parser(
+        "table1",
+        help="SLO attainment, P99 TTFT and TBT of six systems on three workloads",
+        description=ex.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     t1.add_argument("--quick", action="store_true", help="two rate scales per workload, 300 s windows, no goodput")
     t1.add_argument("--out", type=Path, default=Path("results/table1"), help="directory for table1.json and PNGs")
     t1.add_argument("--seed", type=int, default=0)
@@ -58,8 +68,12 @@ def register(sub) -> None:
     t1.add_argument("--window", type=_positive_float, default=None, help="seconds of each trace (overrides)")
     t1.add_argument("--no-goodput", action="store_true", help="skip the goodput search (full mode)")
     t1.set_defaults(func=run_table1)
-    t2 = which.add_parser("table2", help="FluidRole transition time vs restarts", description=ex.__doc__,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    t2 = which.add_parser(
+        "table2",
+        help="FluidRole transition time vs restarts",
+        description=ex.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     t2.add_argument("--out", type=Path, default=Path("results/table2"), help="directory for table2.json")
     t2.add_argument("--seed", type=int, default=0)
     t2.add_argument("--window", type=_positive_float, default=None, help="seconds of the phase-shift run")
@@ -96,13 +110,23 @@ def run_table1(args) -> int:
     t0 = time.perf_counter()
     console = _console()
     just = ex.ttft_justification()
-    console.print(f"[bold]Table 1 setting[/]: {ex.N_WORKERS} x {ex.GPU} (one worker per GPU), {ex.MODEL} {ex.DTYPE}, "
-                  f"step jitter CV {ex.JITTER_CV}, SLO TTFT {ex.SLO.ttft_s:g} s, TBT {ex.SLO.tbt_s * 1e3:g} ms")
-    console.print(f"SLO_TTFT: the p99 azure_code prompt ({just['p99_prompt_tokens']:,} tokens) prefills alone in "
-                  f"{just['prefill_alone_s']:.2f} s on one {ex.GPU} at {ex.DTYPE} (roofline), so {ex.SLO.ttft_s:g} s "
-                  f"leaves {just['queueing_headroom_s']:.2f} s (less than one such prefill) of queueing.")
-    results, kept = ex.run_table1(args.workloads, quick=args.quick, scales=args.scales, window_s=args.window,
-                                  seed=args.seed, goodput=False if args.no_goodput else None)
+    console.print(
+        f"[bold]Table 1 setting[/]: {ex.N_WORKERS} x {ex.GPU} (one worker per GPU), {ex.MODEL} {ex.DTYPE}, "
+        f"step jitter CV {ex.JITTER_CV}, SLO TTFT {ex.SLO.ttft_s:g} s, TBT {ex.SLO.tbt_s * 1e3:g} ms"
+    )
+    console.print(
+        f"SLO_TTFT: the p99 azure_code prompt ({just['p99_prompt_tokens']:,} tokens) prefills alone in "
+        f"{just['prefill_alone_s']:.2f} s on one {ex.GPU} at {ex.DTYPE} (roofline), so {ex.SLO.ttft_s:g} s "
+        f"leaves {just['queueing_headroom_s']:.2f} s (less than one such prefill) of queueing."
+    )
+    results, kept = ex.run_table1(
+        args.workloads,
+        quick=args.quick,
+        scales=args.scales,
+        window_s=args.window,
+        seed=args.seed,
+        goodput=False if args.no_goodput else None,
+    )
     for name, entry in results["workloads"].items():
         _print_headline(console, name, entry, results["table1"][name])
         _print_curve(console, name, entry)
@@ -126,9 +150,15 @@ def _print_headline(console: Console, name: str, entry: dict, rows: list[dict]) 
         table.add_column(col, justify="left" if col in ("system", "split") else "right")
     for r in rows:
         split = r["split"] if r["policy"] == "static-pd" else ("from " + r["split"] if "transitions" in r else "-")
-        table.add_row(r["system"], split, _pct(r["attainment"]), _pct(r["strict_attainment"]),
-                      f"{r['ttft_p99_s'] * 1e3:,.0f}", _ms(r["tbt_p99_s"]),
-                      str(len(r["transitions"])) if "transitions" in r else "-")
+        table.add_row(
+            r["system"],
+            split,
+            _pct(r["attainment"]),
+            _pct(r["strict_attainment"]),
+            f"{r['ttft_p99_s'] * 1e3:,.0f}",
+            _ms(r["tbt_p99_s"]),
+            str(len(r["transitions"])) if "transitions" in r else "-",
+        )
     console.print(table)
 
 
@@ -155,8 +185,9 @@ def _print_phases(console: Console, entry: dict) -> None:
     table.add_column("system")
     for lab in labels:
         table.add_column(lab, justify="right")
-    rows = [(s, run["systems"][s]) for s in ex.SYSTEMS] + \
-           [(f"  static-pd {k}", r) for k, r in run["splits"].items() if k not in ("2P:6D", run["best_split"])]
+    rows = [(s, run["systems"][s]) for s in ex.SYSTEMS] + [
+        (f"  static-pd {k}", r) for k, r in run["splits"].items() if k not in ("2P:6D", run["best_split"])
+    ]
     for label, r in rows:
         table.add_row(label, *(_pct(r["phase_attainment"][lab]) for lab in labels))
     console.print(table)
@@ -166,19 +197,25 @@ def _print_goodput_and_goals(console: Console, results: dict) -> None:
     gp = results.get("goodput")
     if gp:
         splits = ", ".join(f"{k} {v:.2f}" for k, v in gp["static_pd"].items())
-        console.print(f"[bold]Goodput[/] ({gp['workload']}, highest rate scale with >= {gp['target_attainment']:.0%} "
-                      f"joint attainment): fluidpd x{gp['fluidpd']:.2f}; static-pd {splits}")
-        console.print(f"goodput ratio fluidpd / best static ({gp['best_static_split']}) = {gp['ratio_vs_best_static']:.2f}x "
-                      f"(vs 2P:6D {gp['ratio_vs_2p6d']:.2f}x; goal >= {gp['goal']:g}x: "
-                      f"{'met' if gp['met'] else 'NOT met'})")
+        console.print(
+            f"[bold]Goodput[/] ({gp['workload']}, highest rate scale with >= {gp['target_attainment']:.0%} "
+            f"joint attainment): fluidpd x{gp['fluidpd']:.2f}; static-pd {splits}"
+        )
+        console.print(
+            f"goodput ratio fluidpd / best static ({gp['best_static_split']}) = {gp['ratio_vs_best_static']:.2f}x "
+            f"(vs 2P:6D {gp['ratio_vs_2p6d']:.2f}x; goal >= {gp['goal']:g}x: "
+            f"{'met' if gp['met'] else 'NOT met'})"
+        )
     b = results["goals"].get("bursty")
     if b:
         h = b["at_headline"]
-        console.print(f"[bold]Bursty goal[/] (azure_code x{h['scale']:g}: fluidpd >= 95% with P99 TBT <= 40 ms where the "
-                      f"best static split <= 70%): fluidpd {h['fluidpd_attainment']:.1%}, P99 TBT "
-                      f"{h['fluidpd_tbt_p99_s'] * 1e3:.1f} ms; best static {h['best_static_split']} "
-                      f"{h['best_static_attainment']:.1%} -> {'met' if h['met'] else 'NOT met'}"
-                      f"; met at scales: {b['met_at_scales'] or 'none'}")
+        console.print(
+            f"[bold]Bursty goal[/] (azure_code x{h['scale']:g}: fluidpd >= 95% with P99 TBT <= 40 ms where the "
+            f"best static split <= 70%): fluidpd {h['fluidpd_attainment']:.1%}, P99 TBT "
+            f"{h['fluidpd_tbt_p99_s'] * 1e3:.1f} ms; best static {h['best_static_split']} "
+            f"{h['best_static_attainment']:.1%} -> {'met' if h['met'] else 'NOT met'}"
+            f"; met at scales: {b['met_at_scales'] or 'none'}"
+        )
 
 
 def run_table2(args) -> int:
@@ -187,9 +224,15 @@ def run_table2(args) -> int:
     res = ex.run_table2(args.window, args.seed)
     fr = res["fluidrole"]
     med = fr["median_s"]
-    how = "forced mid-phase by admin switches (the pressure indices triggered none)" if fr["forced"] else "triggered by PPI/DPI"
-    console.print(f"FluidRole on phase_shift ({res['setting']['requests']} requests, {res['setting']['window_s']:g} s): "
-                  f"{fr['transitions']} transitions, {how}")
+    how = (
+        "forced mid-phase by admin switches (the pressure indices triggered none)"
+        if fr["forced"]
+        else "triggered by PPI/DPI"
+    )
+    console.print(
+        f"FluidRole on phase_shift ({res['setting']['requests']} requests, {res['setting']['window_s']:g} s): "
+        f"{fr['transitions']} transitions, {how}"
+    )
     phases = Table(title="FluidRole phase durations, medians (ms)")
     phases.add_column("transitions")
     for col in ("count", "drain", "remap", "dispatch", "route", "total"):
@@ -199,24 +242,34 @@ def run_table2(args) -> int:
     for d, v in fr["by_direction"].items():
         phases.add_row(d, str(v["count"]), *(_ms(v["median_s"][p]) for p in order))
     console.print(phases)
-    console.print(f"  all transitions: min total {fr['min_total_s'] * 1e3:.0f} ms, max {fr['max_total_s'] * 1e3:.0f} ms; "
-                  f"Table 2's FluidRole row is the decode->prefill median ({fr['table_total_s'] * 1e3:.0f} ms), "
-                  f"the seed's 280 ms case")
+    console.print(
+        f"  all transitions: min total {fr['min_total_s'] * 1e3:.0f} ms, max {fr['max_total_s'] * 1e3:.0f} ms; "
+        f"Table 2's FluidRole row is the decode->prefill median ({fr['table_total_s'] * 1e3:.0f} ms), "
+        f"the seed's 280 ms case"
+    )
     rm = res["restart_model"]
-    console.print(f"restart model: disk {rm['disk_bw_bytes_s'] / 1e9:.2f} GB/s (140 GB / 82.4 s), shared memory "
-                  f"{rm['shm_bw_bytes_s'] / 1e9:.2f} GB/s (140 GB / 14.1 s), VM provisioning {rm['vm_provision_s']:.1f} s "
-                  f"(the seed's 185 s less its 82.4 s disk load)")
-    for key, title in (("fp8", f"Table 2: {ex.MODEL} FP8 ({res['fp8']['weight_bytes'] / 1e9:.1f} GB of weights)"),
-                       ("fp16", f"{ex.MODEL} FP16 ({res['fp16']['weight_bytes'] / 1e9:.1f} GB), same model"),
-                       ("seed_table", "the seed's Table 2 (70B FP16, 140 GB), as printed; ratio to its 0.28 s")):
+    console.print(
+        f"restart model: disk {rm['disk_bw_bytes_s'] / 1e9:.2f} GB/s (140 GB / 82.4 s), shared memory "
+        f"{rm['shm_bw_bytes_s'] / 1e9:.2f} GB/s (140 GB / 14.1 s), VM provisioning {rm['vm_provision_s']:.1f} s "
+        f"(the seed's 185 s less its 82.4 s disk load)"
+    )
+    for key, title in (
+        ("fp8", f"Table 2: {ex.MODEL} FP8 ({res['fp8']['weight_bytes'] / 1e9:.1f} GB of weights)"),
+        ("fp16", f"{ex.MODEL} FP16 ({res['fp16']['weight_bytes'] / 1e9:.1f} GB), same model"),
+        ("seed_table", "the seed's Table 2 (70B FP16, 140 GB), as printed; ratio to its 0.28 s"),
+    ):
         rows = res[key] if key == "seed_table" else res[key]["rows"]
         table = Table(title=title)
         for col in ("mechanism", "weight reload (s)", "context rebuild (s)", "total downtime (s)", "x FluidRole"):
             table.add_column(col, justify="left" if col == "mechanism" else "right")
         for r in rows:
-            table.add_row(r["mechanism"], f"{r['weight_reload_s']:.1f}", f"{r['context_rebuild_s']:.1f}",
-                          f"{r['total_s']:.2f}" if r["total_s"] < 10 else f"{r['total_s']:.1f}",
-                          f"{r['vs_fluidrole']:.2f}x" if r["vs_fluidrole"] < 10 else f"{r['vs_fluidrole']:,.0f}x")
+            table.add_row(
+                r["mechanism"],
+                f"{r['weight_reload_s']:.1f}",
+                f"{r['context_rebuild_s']:.1f}",
+                f"{r['total_s']:.2f}" if r["total_s"] < 10 else f"{r['total_s']:.1f}",
+                f"{r['vs_fluidrole']:.2f}x" if r["vs_fluidrole"] < 10 else f"{r['vs_fluidrole']:,.0f}x",
+            )
         console.print(table)
     path = _write_json(res, args.out / "table2.json")
     console.print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")

@@ -1,4 +1,5 @@
 """`fluidpd generate`: run one prompt through the engine and print the completion."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,11 +8,17 @@ import time
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("generate", help="generate text with the real engine",
-                              description="Generate a completion with FluidPD's PyTorch engine.")
-    p.add_argument("--model", default="smollm2",
-                   help="'smollm2' (default), a .gguf file, or a safetensors directory; with "
-                        "--load-format dummy also a preset or config.json")
+    p = subparsers.add_parser(
+        "generate",
+        help="generate text with the real engine",
+        description="Generate a completion with FluidPD's PyTorch engine.",
+    )
+    p.add_argument(
+        "--model",
+        default="smollm2",
+        help="'smollm2' (default), a .gguf file, or a safetensors directory; with "
+        "--load-format dummy also a preset or config.json",
+    )
     p.add_argument("--load-format", default="auto", choices=["auto", "gguf", "safetensors", "dummy"])
     p.add_argument("--tokenizer", default=None, help="tokenizer source (a .gguf, a directory, or 'smollm2')")
     p.add_argument("--prompt", required=True, help="prompt text")
@@ -25,8 +32,12 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16")
     p.add_argument("--device", default="cpu")
     p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1, the measured configuration; raise on an idle machine)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1, the measured configuration; raise on an idle machine)",
+    )
     p.add_argument("--stats", action="store_true", help="print timing and memory to stderr")
     p.set_defaults(func=run)
 
@@ -38,10 +49,22 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-                            top_p=args.top_p, seed=args.seed, stop=args.stop)
-    cfg = EngineConfig(model=args.model, load_format=args.load_format, tokenizer=args.tokenizer,
-                       dtype=args.dtype, device=args.device, max_model_len=args.max_model_len)
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop=args.stop,
+    )
+    cfg = EngineConfig(
+        model=args.model,
+        load_format=args.load_format,
+        tokenizer=args.tokenizer,
+        dtype=args.dtype,
+        device=args.device,
+        max_model_len=args.max_model_len,
+    )
     t0 = time.perf_counter()
     engine = LLMEngine(cfg)
     t1 = time.perf_counter()
@@ -50,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     print(out.text if out.text is not None else " ".join(map(str, out.token_ids)))
     if args.stats:
         n = len(out.token_ids)
-        print(f"[load {t1 - t0:.1f}s, {len(out.prompt_token_ids)} prompt + {n} generated tokens in "
-              f"{t2 - t1:.2f}s ({n / max(t2 - t1, 1e-9):.1f} tok/s), finish={out.finish_reason}]",
-              file=sys.stderr)
+        print(
+            f"[load {t1 - t0:.1f}s, {len(out.prompt_token_ids)} prompt + {n} generated tokens in "
+            f"{t2 - t1:.2f}s ({n / max(t2 - t1, 1e-9):.1f} tok/s), finish={out.finish_reason}]",
+            file=sys.stderr,
+        )
     return 0

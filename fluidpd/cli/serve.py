@@ -6,6 +6,7 @@
 Every configuration, one worker included, runs the same World lifecycle and policy code as the
 simulator, on the wall clock, with each worker's steps executed on its own engine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,12 @@ ENGINE_FLAGS_SKIP = ("seed",)
 
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="serve the OpenAI-compatible API", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "serve",
+        help="serve the OpenAI-compatible API",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_flags(p, EngineConfig, skip=ENGINE_FLAGS_SKIP)
     add_flags(p, RuntimeConfig)
     add_flags(p, PolicyConfig)
@@ -35,10 +40,16 @@ def register(sub) -> None:
 
 def configs(args: argparse.Namespace) -> tuple[EngineConfig, RuntimeConfig, ServeConfig]:
     """The three configs `fluidpd serve` is built from (ValueError for a bad combination)."""
-    runtime = RuntimeConfig(**flag_values(args, RuntimeConfig), scheduling=PolicyConfig(**flag_values(args, PolicyConfig)),
-                            fluid=FluidConfig(**flag_values(args, FluidConfig)))
-    return EngineConfig(**flag_values(args, EngineConfig, skip=ENGINE_FLAGS_SKIP)), runtime, \
-        ServeConfig(**flag_values(args, ServeConfig))
+    runtime = RuntimeConfig(
+        **flag_values(args, RuntimeConfig),
+        scheduling=PolicyConfig(**flag_values(args, PolicyConfig)),
+        fluid=FluidConfig(**flag_values(args, FluidConfig)),
+    )
+    return (
+        EngineConfig(**flag_values(args, EngineConfig, skip=ENGINE_FLAGS_SKIP)),
+        runtime,
+        ServeConfig(**flag_values(args, ServeConfig)),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,13 +63,20 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"serving needs the serve extras (pip install 'fluidpd[serve]'): {exc}") from None
     t0 = time.perf_counter()
     coordinator = build_coordinator(engine, runtime, serve.served_model_name or engine.model)
-    _say(f"serving {coordinator.model_name!r} (max_model_len {coordinator.max_model_len}) ready in "
-         f"{time.perf_counter() - t0:.1f} s")
+    _say(
+        f"serving {coordinator.model_name!r} (max_model_len {coordinator.max_model_len}) ready in "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
     host = f"[{serve.host}]" if ":" in serve.host else serve.host
     _say(f"OpenAI API at http://{host}:{serve.port}/v1 (Ctrl-C to stop)")
     try:
-        uvicorn.run(build_app(coordinator), host=serve.host, port=serve.port, log_level=serve.log_level,
-                    timeout_graceful_shutdown=5)
+        uvicorn.run(
+            build_app(coordinator),
+            host=serve.host,
+            port=serve.port,
+            log_level=serve.log_level,
+            timeout_graceful_shutdown=5,
+        )
     except KeyboardInterrupt:
         pass
     _say("stopped")

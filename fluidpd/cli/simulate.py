@@ -1,4 +1,5 @@
 """`fluidpd simulate`: run policies over a trace on a simulated cluster and compare them."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,7 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("simulate", help="compare policies on a simulated cluster",
-                       description=__doc__)
+    p = sub.add_parser("simulate", help="compare policies on a simulated cluster", description=__doc__)
     p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACES)}, or a file")
     p.add_argument("--policy", required=True, help=f"comma-separated: {', '.join(POLICIES)}")
     add_cluster_args(p)
@@ -59,9 +59,14 @@ def parse_policies(text: str) -> list[str]:
 
 
 def setup_from_args(args) -> Setup:
-    return Setup(get_model(args.model, args.dtype), get_hardware(args.gpu), Slo(args.ttft_slo, args.tbt_slo),
-                 SimConfig(**flag_values(args, SimConfig)), PolicyConfig(**flag_values(args, PolicyConfig)),
-                 fluid=FluidConfig(**flag_values(args, FluidConfig)))
+    return Setup(
+        get_model(args.model, args.dtype),
+        get_hardware(args.gpu),
+        Slo(args.ttft_slo, args.tbt_slo),
+        SimConfig(**flag_values(args, SimConfig)),
+        PolicyConfig(**flag_values(args, PolicyConfig)),
+        fluid=FluidConfig(**flag_values(args, FluidConfig)),
+    )
 
 
 def shaped(trace: Trace, rate_scale: float, duration: float | None) -> Trace:
@@ -72,11 +77,14 @@ def shaped(trace: Trace, rate_scale: float, duration: float | None) -> Trace:
 
 def run_policy(trace: Trace, policy: str, setup: Setup, label: str = "") -> SimResult:
     horizon = float(trace.arrival_s[-1]) if len(trace) else 0.0
-    with tqdm(total=len(trace), desc=label or policy, unit="req", delay=2.0, leave=False,
-              mininterval=0.5, file=sys.stderr) as bar:
+    with tqdm(
+        total=len(trace), desc=label or policy, unit="req", delay=2.0, leave=False, mininterval=0.5, file=sys.stderr
+    ) as bar:
+
         def progress(now, completed):
             bar.set_postfix_str(f"t={now:.0f}/{horizon:.0f}s", refresh=False)
             bar.update(completed - bar.n)
+
         return simulate(trace, policy, setup, progress)
 
 
@@ -94,12 +102,15 @@ def run(args) -> int:
         row = result.row()
         if args.goodput:
             row["goodput_rate_scale"] = goodput_rate_scale(
-                lambda x: simulate(shaped(base, x, args.duration), name, setup).summary["attainment"],
-                start=args.rate_scale)
+                lambda x, name=name: simulate(shaped(base, x, args.duration), name, setup).summary["attainment"],
+                start=args.rate_scale,
+            )
         results.append(result)
         rows.append(row)
-    title = (f"{args.trace} x{args.rate_scale:g}: {len(trace)} requests, {args.n_workers} x {args.gpu} "
-             f"{args.model} {args.dtype}, SLO TTFT {args.ttft_slo}s TBT {args.tbt_slo * 1e3:g}ms")
+    title = (
+        f"{args.trace} x{args.rate_scale:g}: {len(trace)} requests, {args.n_workers} x {args.gpu} "
+        f"{args.model} {args.dtype}, SLO TTFT {args.ttft_slo}s TBT {args.tbt_slo * 1e3:g}ms"
+    )
     print_table(rows, title)
     if args.out:
         write_json(rows, args.out)
@@ -114,9 +125,14 @@ def write_plots(results: list[SimResult], slo: Slo, directory: Path) -> list[Pat
     directory.mkdir(parents=True, exist_ok=True)
     ttft = {r.policy: sorted_cdf(np.frombuffer(r.cluster.metrics.ttft, dtype=np.float64)) for r in results}
     tbt = {r.policy: r.cluster.metrics.tbt.cdf_points() for r in results}
-    paths = [cdf_plot(ttft, "TTFT (s)", directory / "ttft_cdf.png", slo.ttft_s),
-             cdf_plot(tbt, "time between tokens (s)", directory / "tbt_cdf.png", slo.tbt_s)]
+    paths = [
+        cdf_plot(ttft, "TTFT (s)", directory / "ttft_cdf.png", slo.ttft_s),
+        cdf_plot(tbt, "time between tokens (s)", directory / "tbt_cdf.png", slo.tbt_s),
+    ]
     for r in results:
-        paths.append(timeline_plot(r.cluster.timeline, f"{r.policy}: per-worker timeline",
-                                   directory / f"timeline_{r.policy}.png"))
+        paths.append(
+            timeline_plot(
+                r.cluster.timeline, f"{r.policy}: per-worker timeline", directory / f"timeline_{r.policy}.png"
+            )
+        )
     return paths

@@ -1,4 +1,5 @@
 """Streaming log-bucketed histogram: quantiles of millions of samples in constant memory."""
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,7 @@ class StreamingHistogram:
             raise ValueError("histogram needs 0 < lo < hi and rel_err > 0")
         self._log_lo = math.log(self.lo)
         self._scale = 1.0 / math.log1p(2 * self.rel_err)
-        n = int(math.ceil((math.log(self.hi) - self._log_lo) * self._scale)) + 2
+        n = math.ceil((math.log(self.hi) - self._log_lo) * self._scale) + 2
         self.counts = np.zeros(n, dtype=np.float64)
 
     def _bucket(self, x: float) -> int:
@@ -84,7 +85,7 @@ class StreamingHistogram:
         cum = np.cumsum(self.counts[nz]) / self.total if self.total else np.array([])
         return values, cum
 
-    def merge(self, other: "StreamingHistogram") -> None:
+    def merge(self, other: StreamingHistogram) -> None:
         if len(other.counts) != len(self.counts) or other.lo != self.lo:
             raise ValueError("can only merge histograms with the same buckets")
         self.counts += other.counts

@@ -9,6 +9,7 @@
 
 Only fields made with `knob` become flags; validation stays in the dataclass's __post_init__.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,6 +36,10 @@ def _scalar(tp: Any) -> Any:
     return args[0] if args else tp
 
 
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
 def flag_name(f: dataclasses.Field) -> str:
     return f.metadata["flag"] or "--" + f.name.replace("_", "-")
 
@@ -44,16 +49,27 @@ def add_flags(parser: argparse.ArgumentParser | Any, cls, *, skip: tuple[str, ..
     for f, tp in _knobs(cls):
         if f.name in skip:
             continue
-        default = defaults.get(f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        default = defaults.get(f.name, _default(f))
         kind = _scalar(tp)
         shown = "" if default is None else f" (default: {default})"
         if kind is bool:
-            parser.add_argument(flag_name(f), dest=f.name, action=argparse.BooleanOptionalAction, default=default,
-                                help=f.metadata["help"] + shown)
+            parser.add_argument(
+                flag_name(f),
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=f.metadata["help"] + shown,
+            )
         else:
-            parser.add_argument(flag_name(f), dest=f.name, type=kind, default=default, choices=f.metadata["choices"],
-                                metavar=None if f.metadata["choices"] else kind.__name__.upper(),
-                                help=f.metadata["help"] + shown)
+            parser.add_argument(
+                flag_name(f),
+                dest=f.name,
+                type=kind,
+                default=default,
+                choices=f.metadata["choices"],
+                metavar=None if f.metadata["choices"] else kind.__name__.upper(),
+                help=f.metadata["help"] + shown,
+            )
 
 
 def flag_values(args: argparse.Namespace, cls, *, skip: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -1,4 +1,5 @@
 """Serving metrics: TTFT, every inter-token gap, TPOT, end-to-end latency, SLO attainment."""
+
 from __future__ import annotations
 
 import math
@@ -33,7 +34,7 @@ class MetricsCollector:
     e2e: array = field(default_factory=lambda: array("d"))
     strict_ok: int = 0
     rejected: int = 0
-    failed: int = 0               # accepted, then failed (e.g. refused by its engine)
+    failed: int = 0  # accepted, then failed (e.g. refused by its engine)
     output_tokens: int = 0
     first_arrival_s: float = math.inf
     last_finish_s: float = 0.0

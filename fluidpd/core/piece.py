@@ -1,4 +1,5 @@
 """A slice of a request's prompt prefilled on its own worker (FluidToken's parallel spread)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """A polynomial evaluated in plain Python: cost models the control plane can call."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,6 @@
 """Components by name: every pluggable part (policy, trace, transport, worker backend, loader,
 command) is registered under its name in a `Registry` and built from its own config."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator

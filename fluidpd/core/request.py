@@ -1,4 +1,5 @@
 """A request's life as the control plane and both worlds (simulator, runtime) see it."""
+
 from __future__ import annotations
 
 import math
@@ -20,19 +21,19 @@ class Request:
     arrival_s: float
     prompt_len: int
     output_len: int
-    prefill_target: int = 0     # tokens to prefill: the prompt, or prompt + generated after a preemption
-    prefilled: int = 0          # tokens of prefill_target whose KV is computed
-    generated: int = 0          # output tokens emitted (the first one comes from prefill)
+    prefill_target: int = 0  # tokens to prefill: the prompt, or prompt + generated after a preemption
+    prefilled: int = 0  # tokens of prefill_target whose KV is computed
+    generated: int = 0  # output tokens emitted (the first one comes from prefill)
     first_token_s: float = math.nan
     last_token_s: float = math.nan
     finish_s: float = math.nan
-    worker: int = -1            # where its KV lives
-    gaps: int = 0               # inter-token gaps observed
-    gaps_over: int = 0          # of which longer than SLO_TBT
+    worker: int = -1  # where its KV lives
+    gaps: int = 0  # inter-token gaps observed
+    gaps_over: int = 0  # of which longer than SLO_TBT
     preemptions: int = 0
     migrations: int = 0
-    borrowed: bool = False      # prefilled (partly) by FluidToken on a decode worker
-    moved: bool = False         # its KV just arrived over a link: the next gap is a hand-off gap
+    borrowed: bool = False  # prefilled (partly) by FluidToken on a decode worker
+    moved: bool = False  # its KV just arrived over a link: the next gap is a hand-off gap
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1 or self.output_len < 1:

@@ -7,6 +7,7 @@
 Names are imported lazily, so `import fluidpd.engine.cli` (the `fluidpd` command) needs no torch.
 See docs/engine.md.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -14,11 +15,19 @@ import importlib
 _EXPORTS = {
     "NoFreeBlocksError": "block_manager",
     "EngineConfig": "config",
-    "EngineStats": "engine", "LLMEngine": "engine", "RequestOutput": "engine", "ResizeResult": "engine",
-    "StepOutput": "engine", "StepResult": "engine", "load_model": "engine",
-    "KVLayout": "kv_transfer", "KVPayload": "kv_transfer",
-    "PrefillChunk": "plan", "StepPlan": "plan",
-    "SamplingParams": "sampling", "TokenLogprob": "sampling",
+    "EngineStats": "engine",
+    "LLMEngine": "engine",
+    "RequestOutput": "engine",
+    "ResizeResult": "engine",
+    "StepOutput": "engine",
+    "StepResult": "engine",
+    "load_model": "engine",
+    "KVLayout": "kv_transfer",
+    "KVPayload": "kv_transfer",
+    "PrefillChunk": "plan",
+    "StepPlan": "plan",
+    "SamplingParams": "sampling",
+    "TokenLogprob": "sampling",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -11,6 +11,7 @@ part keeps a prefix of the buffer, and exporting or moving a block copies one ch
 Scratch holds the attention workspace (gathered K/V of a step), so a prefill-leaning worker
 that shrinks KV gets room for long-context gathers without allocating.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,15 +20,26 @@ import torch
 
 
 class KVArena:
-    def __init__(self, *, num_layers: int, num_kv_heads: int, head_dim: int, block_size: int,
-                 num_blocks: int, total_bytes: int, dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self,
+        *,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        block_size: int,
+        num_blocks: int,
+        total_bytes: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
         self.block_shape = (num_layers, 2, block_size, num_kv_heads, head_dim)
         self.block_numel = math.prod(self.block_shape)
         self.dtype, self.device = dtype, torch.device(device)
         numel = total_bytes // dtype.itemsize
         if num_blocks * self.block_numel > numel:
-            raise ValueError(f"arena of {total_bytes} bytes cannot hold {num_blocks} KV blocks "
-                             f"of {self.block_bytes} bytes")
+            raise ValueError(
+                f"arena of {total_bytes} bytes cannot hold {num_blocks} KV blocks of {self.block_bytes} bytes"
+            )
         # zeroed, not empty: attention reads the stale tail of a sequence's last block (masked);
         # masked garbage must stay finite (0 * NaN would poison the output)
         self.buffer = torch.zeros(numel, dtype=dtype, device=self.device)
@@ -85,8 +97,10 @@ class KVArena:
 
     def write_blocks(self, block_ids: list[int], data: torch.Tensor) -> None:
         if tuple(data.shape) != (len(block_ids), *self.block_shape):
-            raise ValueError(f"block data of shape {tuple(data.shape)} does not fit "
-                             f"{len(block_ids)} blocks of shape {self.block_shape}")
+            raise ValueError(
+                f"block data of shape {tuple(data.shape)} does not fit "
+                f"{len(block_ids)} blocks of shape {self.block_shape}"
+            )
         idx = torch.tensor(block_ids, dtype=torch.long, device=self.device)
         self.kv.index_copy_(0, idx, data.to(device=self.device, dtype=self.dtype))
 
@@ -97,7 +111,7 @@ class KVArena:
         else a fresh tensor."""
         numel = math.prod(shape)
         if 2 * numel <= self.scratch.numel():
-            return self.scratch[slot * numel:(slot + 1) * numel].view(shape)
+            return self.scratch[slot * numel : (slot + 1) * numel].view(shape)
         return torch.empty(shape, dtype=self.dtype, device=self.device)
 
     def gather(self, cache: torch.Tensor, block_ids: torch.Tensor, slot: int) -> torch.Tensor:

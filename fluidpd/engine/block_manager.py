@@ -1,4 +1,5 @@
 """KV block allocation: a free list (lowest ids first) and per-sequence block tables."""
+
 from __future__ import annotations
 
 import heapq
@@ -43,8 +44,7 @@ class BlockManager:
         """Grow `seq`'s block table to cover `num_tokens` tokens; the new ids."""
         need = self.needed(seq, num_tokens)
         if need > len(self._free):
-            raise NoFreeBlocksError(
-                f"request {seq.request_id}: needs {need} more KV block(s), {len(self._free)} free")
+            raise NoFreeBlocksError(f"request {seq.request_id}: needs {need} more KV block(s), {len(self._free)} free")
         new = [heapq.heappop(self._free) for _ in range(need)]
         seq.block_table.extend(new)
         return new
@@ -73,6 +73,6 @@ class BlockManager:
         for s in seqs:
             if any(b >= num_blocks for b in s.block_table):
                 s.block_table = [remap.get(b, b) for b in s.block_table]
-        self._free = low_free[len(high_used):]
+        self._free = low_free[len(high_used) :]
         self.num_blocks = num_blocks
         return list(remap.items())

@@ -1,4 +1,5 @@
 """EngineConfig: everything an engine is built from, validated once."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -32,23 +33,26 @@ class EngineConfig:
       * neither: KV holds `default_kv_tokens` tokens, plus `scratch_bytes`.
     """
 
-    model: str = knob("smollm2", "'smollm2', a .gguf file, or a safetensors directory; with "
-                               "--load-format dummy also a preset or config.json")
+    model: str = knob(
+        "smollm2",
+        "'smollm2', a .gguf file, or a safetensors directory; with --load-format dummy also a preset or config.json",
+    )
     load_format: str = knob("auto", "how to read --model (auto: by its file name)", choices=LOAD_FORMATS)
-    dtype: str = knob("auto", "model and KV dtype (auto: float32 on cpu, bfloat16 on cuda)",
-                      choices=("auto", *DTYPES))
+    dtype: str = knob("auto", "model and KV dtype (auto: float32 on cpu, bfloat16 on cuda)", choices=("auto", *DTYPES))
     device: str = knob("cpu", "torch device (cpu, cuda, cuda:N)")
-    tokenizer: str | None = knob(None, "tokenizer source: a .gguf, a directory, or 'smollm2' "
-                                       "(default: the model's own)")
+    tokenizer: str | None = knob(
+        None, "tokenizer source: a .gguf, a directory, or 'smollm2' (default: the model's own)"
+    )
     block_size: int = 16
     num_kv_blocks: int | None = knob(None, "KV cache blocks (default: enough for 4096 tokens)")
     arena_bytes: int | None = None
     scratch_bytes: int = 32 * MiB
     default_kv_tokens: int = 4096
     max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048   # the per-step token budget of the built-in scheduler
-    max_model_len: int | None = knob(None, "longest prompt + completion (default: the model's context "
-                                           "length, capped at 8192)")
+    max_num_batched_tokens: int = 2048  # the per-step token budget of the built-in scheduler
+    max_model_len: int | None = knob(
+        None, "longest prompt + completion (default: the model's context length, capped at 8192)"
+    )
     seed: int = knob(0, "seed of the dummy (random) weights")
     model_overrides: dict[str, Any] = field(default_factory=dict)  # HF config keys (dummy shapes)
 
@@ -106,9 +110,7 @@ class EngineConfig:
             blocks = -(-self.default_kv_tokens // self.block_size)
             total = blocks * block_bytes + self.scratch_bytes
         if blocks < 1 or blocks * block_bytes > total:
-            raise ValueError(
-                f"arena of {total} bytes cannot hold {max(blocks, 1)} KV block(s) of {block_bytes} bytes"
-            )
+            raise ValueError(f"arena of {total} bytes cannot hold {max(blocks, 1)} KV block(s) of {block_bytes} bytes")
         return blocks, total
 
 

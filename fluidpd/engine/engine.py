@@ -6,12 +6,13 @@ Two ways to drive it:
 Both run the same `run_step` path. FluidRole's hooks are `export_kv` / `import_kv` (move a
 request's KV to another engine) and `resize_kv` (re-slice the arena between KV and scratch).
 """
+
 from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
-from typing import Sequence as Seq
 
 import torch
 
@@ -19,6 +20,7 @@ from fluidpd.engine.arena import KVArena
 from fluidpd.engine.block_manager import BlockManager, NoFreeBlocksError
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.kv_transfer import KVLayout, KVPayload
+from fluidpd.engine.loaders import Checkpoint, load_checkpoint, smollm2_gguf
 from fluidpd.engine.model import LlamaModel
 from fluidpd.engine.plan import StepPlan
 from fluidpd.engine.runner import ModelRunner
@@ -26,7 +28,6 @@ from fluidpd.engine.sampling import SamplingParams, TokenLogprob, sample
 from fluidpd.engine.scheduler import Scheduler
 from fluidpd.engine.sequence import Sequence, SequenceStatus
 from fluidpd.engine.tokenizer import Tokenizer
-from fluidpd.engine.loaders import Checkpoint, load_checkpoint, smollm2_gguf
 
 MAX_DEFAULT_LEN = 8192
 Prompt = str | list[int] | list[dict[str, str]]
@@ -53,14 +54,14 @@ class StepOutput:
     finished: bool = False
     finish_reason: str | None = None
     logprobs: list[TokenLogprob] | None = None
-    output: RequestOutput | None = None     # the whole output, once finished
+    output: RequestOutput | None = None  # the whole output, once finished
 
 
 @dataclass
 class StepResult:
     outputs: list[StepOutput]
-    step_s: float                   # wall time of the whole step (planning excluded)
-    forward_s: float                # batch building + forward + logits to host
+    step_s: float  # wall time of the whole step (planning excluded)
+    forward_s: float  # batch building + forward + logits to host
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
 
@@ -91,8 +92,9 @@ class EngineStats:
 
 def load_model(config: EngineConfig, checkpoint: Checkpoint | None = None) -> tuple[LlamaModel, Tokenizer | None]:
     """Weights (and tokenizer) for `config`; share the result between engines of one process."""
-    ckpt = checkpoint or load_checkpoint(config.model, config.load_format, config.torch_dtype,
-                                         config.seed, config.model_overrides)
+    ckpt = checkpoint or load_checkpoint(
+        config.model, config.load_format, config.torch_dtype, config.seed, config.model_overrides
+    )
     max_len = config.max_model_len or min(ckpt.config.max_position_embeddings, MAX_DEFAULT_LEN)
     model = LlamaModel(ckpt, config.torch_dtype, config.torch_device, max_positions=max_len)
     src = smollm2_gguf() if config.tokenizer == "smollm2" else config.tokenizer
@@ -106,8 +108,14 @@ def load_model(config: EngineConfig, checkpoint: Checkpoint | None = None) -> tu
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig | None = None, *, model: LlamaModel | None = None,
-                 tokenizer: Tokenizer | None = None, checkpoint: Checkpoint | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        model: LlamaModel | None = None,
+        tokenizer: Tokenizer | None = None,
+        checkpoint: Checkpoint | None = None,
+    ) -> None:
         self.config = config = config or EngineConfig()
         if model is None:
             model, loaded_tok = load_model(config, checkpoint)
@@ -120,9 +128,16 @@ class LLMEngine:
         self.kv_layout = KVLayout(mc.num_layers, mc.num_kv_heads, mc.head_dim, bs, str(config.torch_dtype))
         block_bytes = mc.num_layers * 2 * bs * mc.num_kv_heads * mc.head_dim * config.torch_dtype.itemsize
         num_blocks, total = config.arena_layout(block_bytes)
-        self.arena = KVArena(num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads, head_dim=mc.head_dim,
-                             block_size=bs, num_blocks=num_blocks, total_bytes=total,
-                             dtype=config.torch_dtype, device=config.torch_device)
+        self.arena = KVArena(
+            num_layers=mc.num_layers,
+            num_kv_heads=mc.num_kv_heads,
+            head_dim=mc.head_dim,
+            block_size=bs,
+            num_blocks=num_blocks,
+            total_bytes=total,
+            dtype=config.torch_dtype,
+            device=config.torch_device,
+        )
         self.blocks = BlockManager(num_blocks, bs)
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens)
         self.runner = ModelRunner(model, self.arena, bs)
@@ -134,14 +149,16 @@ class LLMEngine:
     def _check_model(self, model: LlamaModel) -> None:
         c = self.config
         if model.dtype != c.torch_dtype or model.device.type != c.torch_device.type:
-            raise ValueError(f"shared model is {model.dtype} on {model.device}, config wants "
-                             f"{c.torch_dtype} on {c.torch_device}")
+            raise ValueError(
+                f"shared model is {model.dtype} on {model.device}, config wants {c.torch_dtype} on {c.torch_device}"
+            )
         if c.max_model_len and c.max_model_len > model.max_positions:
             raise ValueError(f"max_model_len {c.max_model_len} exceeds the shared model's {model.max_positions}")
 
     # ------------------------------------------------------------------ requests
-    def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
-                    request_id: str | None = None, *, chat: bool = False) -> str:
+    def add_request(
+        self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None, *, chat: bool = False
+    ) -> str:
         """Queue a request (text, token ids, or chat messages); its id."""
         params = params or SamplingParams()
         ids = self._prompt_ids(prompt, chat)
@@ -153,8 +170,10 @@ class LLMEngine:
         if bad:
             raise ValueError(f"token id {bad[0]} out of range for vocab size {self.model_config.vocab_size}")
         if self.blocks.blocks_for(len(ids)) > self.blocks.num_blocks:
-            raise ValueError(f"prompt of {len(ids)} tokens needs more KV blocks than the pool holds "
-                             f"({self.blocks.num_blocks} x {self.config.block_size} tokens)")
+            raise ValueError(
+                f"prompt of {len(ids)} tokens needs more KV blocks than the pool holds "
+                f"({self.blocks.num_blocks} x {self.config.block_size} tokens)"
+            )
         rid = self._new_id(request_id)
         seq = Sequence(rid, ids, len(ids), params, generator=params.make_generator())
         self.seqs[rid] = seq
@@ -221,8 +240,7 @@ class LLMEngine:
         for seq, n in chunks:
             seq.num_computed += n
         outputs = self._record(chunks, sampled, tokens, lps)
-        res = StepResult(outputs, time.perf_counter() - t0, t2 - t1,
-                         plan.num_prefill_tokens, len(plan.decodes))
+        res = StepResult(outputs, time.perf_counter() - t0, t2 - t1, plan.num_prefill_tokens, len(plan.decodes))
         self.last_step = res
         return res
 
@@ -231,8 +249,10 @@ class LLMEngine:
         for c in plan.prefills:
             seq = self._live(c.request_id)
             if not 1 <= c.num_tokens <= seq.num_uncomputed:
-                raise ValueError(f"prefill chunk of {c.num_tokens} tokens for {c.request_id!r}, which has "
-                                 f"{seq.num_uncomputed} uncomputed")
+                raise ValueError(
+                    f"prefill chunk of {c.num_tokens} tokens for {c.request_id!r}, which has "
+                    f"{seq.num_uncomputed} uncomputed"
+                )
             chunks.append((seq, c.num_tokens))
         for rid in plan.decodes:
             seq = self._live(rid)
@@ -261,8 +281,9 @@ class LLMEngine:
         outputs = []
         for seq, _ in chunks:
             tok, lp = new.get(id(seq), (None, None))
-            out = StepOutput(seq.request_id, [] if tok is None else [tok], seq.num_computed,
-                             logprobs=None if lp is None else [lp])
+            out = StepOutput(
+                seq.request_id, [] if tok is None else [tok], seq.num_computed, logprobs=None if lp is None else [lp]
+            )
             reason = self._stop_reason(seq, tok) if tok is not None else None
             if reason:
                 fin = self._finish(seq, reason)
@@ -281,7 +302,7 @@ class LLMEngine:
             hits = [(text.find(s), s) for s in p.stop if s in text]
             if hits:
                 i, s = min(hits)
-                seq.stop_text = text[:i + (len(s) if p.include_stop_str_in_output else 0)]
+                seq.stop_text = text[: i + (len(s) if p.include_stop_str_in_output else 0)]
                 return "stop"
         if seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len:
             return "length"
@@ -294,8 +315,15 @@ class LLMEngine:
         text = seq.stop_text
         if text is None and self.tokenizer is not None:
             text = self.tokenizer.decode(seq.output_token_ids)
-        out = RequestOutput(seq.request_id, seq.token_ids[:seq.prompt_len], list(seq.output_token_ids),
-                            text, reason, seq.logprobs, seq.num_preemptions)
+        out = RequestOutput(
+            seq.request_id,
+            seq.token_ids[: seq.prompt_len],
+            list(seq.output_token_ids),
+            text,
+            reason,
+            seq.logprobs,
+            seq.num_preemptions,
+        )
         return StepOutput(seq.request_id, [], seq.num_computed, True, reason, None, out)
 
     def _pop_dropped(self) -> list[Sequence]:
@@ -329,8 +357,14 @@ class LLMEngine:
             self._finish(seq, "abort")
 
     # ------------------------------------------------------------------ offline batch
-    def generate(self, prompts: Prompt | list[Prompt], params: SamplingParams | Seq[SamplingParams] | None = None,
-                 *, chat: bool = False, use_tqdm: bool = False) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: Prompt | list[Prompt],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+        *,
+        chat: bool = False,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
         """Run prompts to completion (continuous batching); outputs in prompt order."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], (int, dict))):
             prompts = [prompts]
@@ -353,36 +387,48 @@ class LLMEngine:
         return [done[r] for r in rids]
 
     # ------------------------------------------------------------------ KV hand-off
-    def export_kv(self, request_id: str, *, release: bool = True,
-                  device: torch.device | str | None = "cpu") -> KVPayload:
+    def export_kv(
+        self, request_id: str, *, release: bool = True, device: torch.device | str | None = "cpu"
+    ) -> KVPayload:
         """A request's KV blocks and state; with `release`, the request leaves this engine."""
         seq = self._live(request_id)
         nb = self.blocks.blocks_for(seq.num_computed)
         payload = KVPayload(
-            request_id=seq.request_id, token_ids=list(seq.token_ids), prompt_len=seq.prompt_len,
-            num_computed=seq.num_computed, blocks=self.arena.read_blocks(seq.block_table[:nb], device),
-            layout=self.kv_layout, params=seq.params,
+            request_id=seq.request_id,
+            token_ids=list(seq.token_ids),
+            prompt_len=seq.prompt_len,
+            num_computed=seq.num_computed,
+            blocks=self.arena.read_blocks(seq.block_table[:nb], device),
+            layout=self.kv_layout,
+            params=seq.params,
             generator_state=seq.generator.get_state() if seq.generator is not None else None,
             logprobs=list(seq.logprobs) if seq.logprobs is not None else None,
-            num_preemptions=seq.num_preemptions)
+            num_preemptions=seq.num_preemptions,
+        )
         if release:
             self.scheduler.remove(seq)
             seq.status, seq.finish_reason = SequenceStatus.FINISHED, "exported"
             del self.seqs[request_id]
         return payload
 
-    def import_kv(self, payload: KVPayload, params: SamplingParams | None = None,
-                  request_id: str | None = None) -> str:
+    def import_kv(self, payload: KVPayload, params: SamplingParams | None = None, request_id: str | None = None) -> str:
         """Continue a request exported by another engine (same model); its id here."""
         payload.check_layout(self.kv_layout)
         params = params or payload.params
         if len(payload.token_ids) > self.max_model_len:
-            raise ValueError(f"request has {len(payload.token_ids)} tokens, more than max_model_len {self.max_model_len}")
+            raise ValueError(
+                f"request has {len(payload.token_ids)} tokens, more than max_model_len {self.max_model_len}"
+            )
         rid = self._new_id(request_id if request_id is not None else payload.request_id)
-        seq = Sequence(rid, list(payload.token_ids), payload.prompt_len, params,
-                       generator=params.make_generator(),
-                       logprobs=list(payload.logprobs) if payload.logprobs is not None else None,
-                       num_preemptions=payload.num_preemptions)
+        seq = Sequence(
+            rid,
+            list(payload.token_ids),
+            payload.prompt_len,
+            params,
+            generator=params.make_generator(),
+            logprobs=list(payload.logprobs) if payload.logprobs is not None else None,
+            num_preemptions=payload.num_preemptions,
+        )
         if seq.generator is not None and payload.generator_state is not None and params.seed == payload.params.seed:
             seq.generator.set_state(payload.generator_state)
         if payload.num_computed == 0:
@@ -419,11 +465,19 @@ class LLMEngine:
     def stats(self) -> EngineStats:
         a = self.arena
         return EngineStats(
-            num_kv_blocks=self.blocks.num_blocks, num_free_blocks=self.blocks.num_free,
-            num_used_blocks=self.blocks.num_used, max_kv_blocks=a.max_blocks,
-            num_waiting=self.scheduler.num_waiting, num_running=self.scheduler.num_running,
-            block_size=self.config.block_size, block_bytes=a.block_bytes, arena_bytes=a.total_bytes,
-            kv_bytes=a.kv_bytes, scratch_bytes=a.scratch_bytes, weight_bytes=self.model.weight_bytes())
+            num_kv_blocks=self.blocks.num_blocks,
+            num_free_blocks=self.blocks.num_free,
+            num_used_blocks=self.blocks.num_used,
+            max_kv_blocks=a.max_blocks,
+            num_waiting=self.scheduler.num_waiting,
+            num_running=self.scheduler.num_running,
+            block_size=self.config.block_size,
+            block_bytes=a.block_bytes,
+            arena_bytes=a.total_bytes,
+            kv_bytes=a.kv_bytes,
+            scratch_bytes=a.scratch_bytes,
+            weight_bytes=self.model.weight_bytes(),
+        )
 
 
 def _progress(total: int):

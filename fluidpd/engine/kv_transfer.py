@@ -1,4 +1,5 @@
 """KVPayload: everything another engine needs to continue a request exactly where it stopped."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,9 +34,9 @@ class KVPayload:
     the same stream after the hand-off."""
 
     request_id: str
-    token_ids: list[int]            # prompt + output so far
+    token_ids: list[int]  # prompt + output so far
     prompt_len: int
-    num_computed: int               # positions whose KV is in `blocks`
+    num_computed: int  # positions whose KV is in `blocks`
     blocks: torch.Tensor
     layout: KVLayout
     params: SamplingParams
@@ -47,8 +48,10 @@ class KVPayload:
     def __post_init__(self) -> None:
         need = -(-self.num_computed // self.layout.block_size)
         if tuple(self.blocks.shape) != (need, *self.layout.block_shape):
-            raise ValueError(f"KV payload blocks of shape {tuple(self.blocks.shape)} do not hold "
-                             f"{self.num_computed} positions of layout {self.layout.block_shape}")
+            raise ValueError(
+                f"KV payload blocks of shape {tuple(self.blocks.shape)} do not hold "
+                f"{self.num_computed} positions of layout {self.layout.block_shape}"
+            )
         if not 0 <= self.num_computed <= len(self.token_ids):
             raise ValueError(f"num_computed {self.num_computed} out of range for {len(self.token_ids)} tokens")
 
@@ -58,9 +61,9 @@ class KVPayload:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.prompt_len:]
+        return self.token_ids[self.prompt_len :]
 
-    def to(self, device: torch.device | str) -> "KVPayload":
+    def to(self, device: torch.device | str) -> KVPayload:
         self.blocks = self.blocks.to(device)
         return self
 

@@ -9,6 +9,7 @@ transposed ([in, out], row-major): on CPU, `x @ W` then streams the weight at th
 bandwidth for any small batch, where `F.linear(x, W)` (MKL with a transposed operand) drops
 to half of it from 4 rows up.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,8 +30,8 @@ class PrefillSegment:
     start: int
     end: int
     ctx_start: int
-    block_ids: torch.Tensor | None = None   # blocks covering ctx_start + chunk (None: no earlier ctx)
-    mask: torch.Tensor | None = None        # [chunk, T] additive mask (None: plain causal)
+    block_ids: torch.Tensor | None = None  # blocks covering ctx_start + chunk (None: no earlier ctx)
+    mask: torch.Tensor | None = None  # [chunk, T] additive mask (None: plain causal)
 
 
 @dataclass
@@ -39,15 +40,15 @@ class DecodeGroup:
 
     start: int
     end: int
-    block_ids: torch.Tensor             # [B * nb] flattened, padded block tables
-    mask: torch.Tensor | None           # [B, 1, 1, nb * block_size] additive (None: one sequence)
-    ctx_len: int = 0                    # one sequence: its context length
-    buffers: tuple | None = None        # gather destinations + SDPA views, made at the first layer
+    block_ids: torch.Tensor  # [B * nb] flattened, padded block tables
+    mask: torch.Tensor | None  # [B, 1, 1, nb * block_size] additive (None: one sequence)
+    ctx_len: int = 0  # one sequence: its context length
+    buffers: tuple | None = None  # gather destinations + SDPA views, made at the first layer
 
 
 @dataclass
 class AttentionMetadata:
-    slot_blocks: torch.Tensor   # [N] block id where each new token's K/V goes
+    slot_blocks: torch.Tensor  # [N] block id where each new token's K/V goes
     slot_offsets: torch.Tensor  # [N] offset inside that block
     prefills: list[PrefillSegment] = field(default_factory=list)
     decodes: list[DecodeGroup] = field(default_factory=list)
@@ -57,11 +58,12 @@ class DecoderLayer:
     """RMSNorm -> GQA attention with RoPE -> residual -> RMSNorm -> SwiGLU -> residual."""
 
     def __init__(self, cfg: ModelConfig, w: dict[str, torch.Tensor], prefix: str) -> None:
-        g = lambda name: w.pop(prefix + name)  # noqa: E731
+        g = lambda name: w.pop(prefix + name)
         self.input_norm = g("input_layernorm.weight")
         self.post_norm = g("post_attention_layernorm.weight")
-        self.qkv = _t(torch.cat([g("self_attn.q_proj.weight"), g("self_attn.k_proj.weight"),
-                                 g("self_attn.v_proj.weight")]))
+        self.qkv = _t(
+            torch.cat([g("self_attn.q_proj.weight"), g("self_attn.k_proj.weight"), g("self_attn.v_proj.weight")])
+        )
         biases = [w.pop(prefix + f"self_attn.{p}_proj.bias", None) for p in "qkv"]
         self.qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None
         self.o = _t(g("self_attn.o_proj.weight"))
@@ -81,14 +83,15 @@ class DecoderLayer:
             if isinstance(t, torch.Tensor):
                 setattr(self, name, t.to(device))
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata,
-                arena: KVArena, layer: int) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata, arena: KVArena, layer: int
+    ) -> torch.Tensor:
         n = x.shape[0]
         y = F.rms_norm(x, self.hidden, self.input_norm, self.eps)
         qkv = _mm(y, self.qkv, self.qkv_bias)
-        qk = rope(qkv[:, :self.qk_dim].view(n, self.h + self.kv, self.d), cos, sin)
-        v = qkv[:, self.qk_dim:].view(n, self.kv, self.d)
-        a = self.attention(qk[:, :self.h], qk[:, self.h:], v, meta, arena, layer)
+        qk = rope(qkv[:, : self.qk_dim].view(n, self.h + self.kv, self.d), cos, sin)
+        v = qkv[:, self.qk_dim :].view(n, self.kv, self.d)
+        a = self.attention(qk[:, : self.h], qk[:, self.h :], v, meta, arena, layer)
         x.add_(_mm(a, self.o, self.o_bias))
         y = F.rms_norm(x, self.hidden, self.post_norm, self.eps)
         gu = torch.mm(y, self.gate_up)
@@ -96,8 +99,9 @@ class DecoderLayer:
         act = F.silu(gu[:, :i]).mul_(gu[:, i:])
         return x.add_(torch.mm(act, self.down))
 
-    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
-                  arena: KVArena, layer: int) -> torch.Tensor:
+    def attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, arena: KVArena, layer: int
+    ) -> torch.Tensor:
         """q [N, H, D], k/v [N, KV, D] -> [N, H*D]; writes k/v into the paged cache first."""
         kc, vc = arena.k_layers[layer], arena.v_layers[layer]
         kc.index_put_((meta.slot_blocks, meta.slot_offsets), k)
@@ -109,27 +113,32 @@ class DecoderLayer:
             o = self._prefill(q, k, v, seg, kc, vc, arena)
             if out is None:
                 return o
-            out[seg.start:seg.end] = o
+            out[seg.start : seg.end] = o
         for grp in meta.decodes:
             o = self._decode(q, grp, kc, vc, arena)
             if out is None:
                 return o
-            out[grp.start:grp.end] = o
+            out[grp.start : grp.end] = o
         return out
 
     def _prefill(self, q, k, v, seg: PrefillSegment, kc, vc, arena: KVArena) -> torch.Tensor:
         s, e = seg.start, seg.end
-        qs = q[s:e].transpose(0, 1).unsqueeze(0)                      # [1, H, q, D]
-        if seg.block_ids is None:                                     # no earlier context
+        qs = q[s:e].transpose(0, 1).unsqueeze(0)  # [1, H, q, D]
+        if seg.block_ids is None:  # no earlier context
             ks, vs = k[s:e], v[s:e]
             mask, causal = None, True
         else:
-            ks = arena.gather(kc, seg.block_ids, 0).flatten(0, 1)     # [T, KV, D]
+            ks = arena.gather(kc, seg.block_ids, 0).flatten(0, 1)  # [T, KV, D]
             vs = arena.gather(vc, seg.block_ids, 1).flatten(0, 1)
             mask, causal = seg.mask, False
         o = F.scaled_dot_product_attention(
-            qs, ks.transpose(0, 1).unsqueeze(0), vs.transpose(0, 1).unsqueeze(0),
-            attn_mask=mask, is_causal=causal, enable_gqa=self.h != self.kv)
+            qs,
+            ks.transpose(0, 1).unsqueeze(0),
+            vs.transpose(0, 1).unsqueeze(0),
+            attn_mask=mask,
+            is_causal=causal,
+            enable_gqa=self.h != self.kv,
+        )
         return o[0].transpose(0, 1).reshape(e - s, self.h * self.d)
 
     def _decode(self, q, grp: DecodeGroup, kc, vc, arena: KVArena) -> torch.Tensor:
@@ -137,10 +146,10 @@ class DecoderLayer:
         if grp.buffers is None:
             grp.buffers = self._decode_buffers(grp, kc.shape[1:], arena)
         k_dst, v_dst, kk, vv = grp.buffers
-        torch.index_select(kc, 0, grp.block_ids, out=k_dst)            # [B*nb, bs, KV, D]
+        torch.index_select(kc, 0, grp.block_ids, out=k_dst)  # [B*nb, bs, KV, D]
         torch.index_select(vc, 0, grp.block_ids, out=v_dst)
         # GQA without repeating K/V: the G query heads of a KV head act as G query rows
-        qd = q[grp.start:grp.end].view(b, self.kv, self.h // self.kv, self.d)
+        qd = q[grp.start : grp.end].view(b, self.kv, self.h // self.kv, self.d)
         o = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=grp.mask)
         return o.reshape(b, self.h * self.d)
 
@@ -151,7 +160,7 @@ class DecoderLayer:
         t = n // b * page[0]
         kk, vv = k_dst.view(b, t, self.kv, self.d), v_dst.view(b, t, self.kv, self.d)
         if grp.mask is None:
-            kk, vv = kk[:, :grp.ctx_len], vv[:, :grp.ctx_len]
+            kk, vv = kk[:, : grp.ctx_len], vv[:, : grp.ctx_len]
         return k_dst, v_dst, kk.transpose(1, 2), vv.transpose(1, 2)
 
 
@@ -177,11 +186,10 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 class LlamaModel:
     """Weights + forward. Shared read-only by any number of engines in one process."""
 
-    def __init__(self, ckpt: Checkpoint, dtype: torch.dtype, device: torch.device | str,
-                 max_positions: int) -> None:
+    def __init__(self, ckpt: Checkpoint, dtype: torch.dtype, device: torch.device | str, max_positions: int) -> None:
         cfg = self.config = ckpt.config
         self.dtype, self.device = dtype, torch.device(device)
-        w = dict(ckpt.tensors)      # popped as packed; the checkpoint itself stays intact for its owner
+        w = dict(ckpt.tensors)  # popped as packed; the checkpoint itself stays intact for its owner
         _check_names(cfg, w)
         for k in w:
             w[k] = w[k].to(dtype)
@@ -189,8 +197,8 @@ class LlamaModel:
         self.norm = w.pop("model.norm.weight")
         lm_head = w.pop("lm_head.weight", None)
         tied = cfg.tie_word_embeddings or lm_head is None
-        self.lm_head = _t(embed if tied else lm_head)       # [hidden, vocab]
-        self.embed = None if tied else embed                # tied: rows are read from lm_head
+        self.lm_head = _t(embed if tied else lm_head)  # [hidden, vocab]
+        self.embed = None if tied else embed  # tied: rows are read from lm_head
         self.layers = [DecoderLayer(cfg, w, f"model.layers.{i}.") for i in range(cfg.num_layers)]
         w.clear()
         inv = rope_inv_freq(cfg, ckpt.rope_freqs)
@@ -216,8 +224,14 @@ class LlamaModel:
         return sum(t.numel() * t.element_size() for t in ts)
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-                arena: KVArena, logits_rows: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        arena: KVArena,
+        logits_rows: torch.Tensor,
+    ) -> torch.Tensor:
         """Logits (float32) [len(logits_rows), vocab] for the chosen rows of the flat batch."""
         x = self.embed_tokens(input_ids)
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
@@ -236,17 +250,32 @@ def _check_names(cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:
     need = ["model.embed_tokens.weight", "model.norm.weight"]
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."
-        need += [p + s for s in ("input_layernorm.weight", "post_attention_layernorm.weight",
-                                 "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                 "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                                 "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")]
+        need += [
+            p + s
+            for s in (
+                "input_layernorm.weight",
+                "post_attention_layernorm.weight",
+                "self_attn.q_proj.weight",
+                "self_attn.k_proj.weight",
+                "self_attn.v_proj.weight",
+                "self_attn.o_proj.weight",
+                "mlp.gate_proj.weight",
+                "mlp.up_proj.weight",
+                "mlp.down_proj.weight",
+            )
+        ]
     if not cfg.tie_word_embeddings:
         need.append("lm_head.weight")
     missing = [n for n in need if n not in w]
     if missing:
         raise ValueError(f"checkpoint is missing {len(missing)} tensor(s), e.g. {missing[:3]}")
-    bad = [n for n in need if n.endswith("q_proj.weight") and
-           tuple(w[n].shape) != (cfg.num_heads * cfg.head_dim, cfg.hidden_size)]
+    bad = [
+        n
+        for n in need
+        if n.endswith("q_proj.weight") and tuple(w[n].shape) != (cfg.num_heads * cfg.head_dim, cfg.hidden_size)
+    ]
     if bad:
-        raise ValueError(f"{bad[0]} has shape {tuple(w[bad[0]].shape)}, config says "
-                         f"{(cfg.num_heads * cfg.head_dim, cfg.hidden_size)}")
+        raise ValueError(
+            f"{bad[0]} has shape {tuple(w[bad[0]].shape)}, config says "
+            f"{(cfg.num_heads * cfg.head_dim, cfg.hidden_size)}"
+        )

@@ -1,4 +1,5 @@
 """ModelConfig: the shape of a Llama-family decoder, and its Hugging Face config.json spelling."""
+
 from __future__ import annotations
 
 import json
@@ -36,15 +37,23 @@ class ModelConfig:
     rope_scaling: dict | None = None
     max_position_embeddings: int = 4096
     tie_word_embeddings: bool = False
-    attention_bias: bool = False     # q/k/v biases (Qwen2)
+    attention_bias: bool = False  # q/k/v biases (Qwen2)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.architecture not in set(ARCHITECTURES.values()):
             raise ValueError(f"unknown architecture {self.architecture!r}: supported {sorted(ARCHITECTURES)}")
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
-                     "num_heads", "num_kv_heads", "head_dim", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "max_position_embeddings",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"model config: {name} must be >= 1, got {getattr(self, name)}")
         if self.num_heads % self.num_kv_heads:
@@ -130,9 +139,7 @@ def _hf_architecture(cfg: dict[str, Any]) -> str:
     mt = cfg.get("model_type")
     if not archs and mt in ARCHITECTURES:
         return ARCHITECTURES[mt]
-    raise ValueError(
-        f"unknown architecture {archs or mt!r} in config.json; supported: {sorted(HF_ARCHITECTURES)}"
-    )
+    raise ValueError(f"unknown architecture {archs or mt!r} in config.json; supported: {sorted(HF_ARCHITECTURES)}")
 
 
 def read_hf_config(path: str) -> dict[str, Any]:

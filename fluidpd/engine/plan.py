@@ -3,6 +3,7 @@
 The built-in scheduler produces a `StepPlan`; an external planner (FluidToken) can build one
 itself and hand it to `LLMEngine.run_step`. Both go through the same runner.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ class PrefillChunk:
 @dataclass
 class StepPlan:
     prefills: list[PrefillChunk] = field(default_factory=list)
-    decodes: list[str] = field(default_factory=list)     # request ids, one token each
+    decodes: list[str] = field(default_factory=list)  # request ids, one token each
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -1,4 +1,5 @@
 """RoPE inverse frequencies: default, linear and llama3 scaling (as transformers computes them)."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Model runner: turns (sequence, num_tokens) chunks into one flat batch and runs one forward."""
+
 from __future__ import annotations
 
 import torch
@@ -16,15 +17,14 @@ MAX_DP_DECODES = 256
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, arena: KVArena, block_size: int,
-                 group_max_bytes: int | None = None) -> None:
+    def __init__(self, model: LlamaModel, arena: KVArena, block_size: int, group_max_bytes: int | None = None) -> None:
         self.model, self.arena, self.block_size = model, arena, block_size
         self.device = model.device
         mc = model.config
-        per_token = 2 * mc.num_kv_heads * mc.head_dim * model.dtype.itemsize    # K+V, one layer
+        per_token = 2 * mc.num_kv_heads * mc.head_dim * model.dtype.itemsize  # K+V, one layer
         cap = GROUP_MAX_BYTES if group_max_bytes is None else group_max_bytes
         self.group_max_tokens = max(1, cap // per_token)
-        self.one_group = self.device.type != "cpu"      # GPU: one padded launch per layer
+        self.one_group = self.device.type != "cpu"  # GPU: one padded launch per layer
 
     def execute(self, chunks: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[Sequence]]:
         """Run the chunks in one forward; logits [M, vocab] for the M sequences they complete."""
@@ -44,7 +44,7 @@ class ModelRunner:
         row_of: dict[int, int] = {}
         for seq, n in multi:
             start, row = seq.num_computed, len(tokens)
-            tokens += seq.token_ids[start:start + n]
+            tokens += seq.token_ids[start : start + n]
             positions += range(start, start + n)
             table = seq.block_table
             blocks += [table[p // bs] for p in range(start, start + n)]
@@ -87,7 +87,7 @@ class ModelRunner:
         table = []
         for s in seqs:
             t = s.block_table[:nb]
-            table += t + [t[0]] * (nb - len(t))     # pad with a valid id; masked out
+            table += t + [t[0]] * (nb - len(t))  # pad with a valid id; masked out
         keys = torch.arange(nb * self.block_size, device=self.device)
         allowed = keys[None, :] < torch.tensor(ctx, device=self.device)[:, None]
         mask = self._additive(allowed)[:, None, None, :]
@@ -110,7 +110,7 @@ def _group_decodes(seqs: list[Sequence], max_tokens: int) -> list[list[Sequence]
     ctx = [s.num_computed + 1 for s in seqs]
     best = [0.0] + [float("inf")] * n
     cut = [0] * (n + 1)
-    for j in range(1, n + 1):         # best[j]: cost of grouping seqs[:j]; group (i, j] is padded to ctx[j-1]
+    for j in range(1, n + 1):  # best[j]: cost of grouping seqs[:j]; group (i, j] is padded to ctx[j-1]
         for i in range(j - 1, -1, -1):
             padded = (j - i) * ctx[j - 1]
             if padded > max_tokens and i < j - 1:
@@ -120,6 +120,6 @@ def _group_decodes(seqs: list[Sequence], max_tokens: int) -> list[list[Sequence]
                 best[j], cut[j] = c, i
     groups, j = [], n
     while j > 0:
-        groups.append(seqs[cut[j]:j])
+        groups.append(seqs[cut[j] : j])
         j = cut[j]
     return groups[::-1]

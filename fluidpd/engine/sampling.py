@@ -4,6 +4,7 @@ Random sampling runs on the CPU with one `torch.Generator` per request, so a req
 depend only on its seed and its own history: the same on any batch, engine or device, and a
 KV hand-off carries the generator state to continue the stream exactly.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,7 +16,7 @@ import torch
 
 MAX_LOGPROBS = 20
 MAX_TEMPERATURE = 2.0
-SEED_RANGE = (-(1 << 63), 1 << 64)       # a negative seed is folded into 64 bits
+SEED_RANGE = (-(1 << 63), 1 << 64)  # a negative seed is folded into 64 bits
 
 
 class SamplingParamError(ValueError):
@@ -31,15 +32,15 @@ class SamplingParams:
     """What one request asks of the sampler; every field is checked on construction."""
 
     max_tokens: int = 16
-    temperature: float = 0.0            # 0 = greedy (the default)
-    top_k: int = 0                      # 0 or -1 = off
+    temperature: float = 0.0  # 0 = greedy (the default)
+    top_k: int = 0  # 0 or -1 = off
     top_p: float = 1.0
-    seed: int | None = None             # None: a random seed per request
+    seed: int | None = None  # None: a random seed per request
     stop: tuple[str, ...] | list[str] | str = ()
     stop_token_ids: tuple[int, ...] | list[int] = ()
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
-    logprobs: int | None = None         # None: off; k >= 0: the chosen token's logprob + top-k
+    logprobs: int | None = None  # None: off; k >= 0: the chosen token's logprob + top-k
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_tokens) or self.max_tokens <= 0:
@@ -90,8 +91,9 @@ class TokenLogprob:
     top: dict[int, float] = field(default_factory=dict)
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams],
-           generators: list[torch.Generator | None]) -> tuple[list[int], list[TokenLogprob | None]]:
+def sample(
+    logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
+) -> tuple[list[int], list[TokenLogprob | None]]:
     """One token per row of `logits` [M, vocab] (float32, any device)."""
     logits = logits.float()
     out = [0] * len(params)
@@ -122,7 +124,7 @@ def _sample_row(row: torch.Tensor, p: SamplingParams, g: torch.Generator | None)
     if p.top_p < 1.0:
         sorted_row, order = torch.sort(row, descending=True)
         probs = torch.softmax(sorted_row, dim=-1)
-        drop = (torch.cumsum(probs, dim=-1) - probs) > p.top_p   # keep until p is covered
+        drop = (torch.cumsum(probs, dim=-1) - probs) > p.top_p  # keep until p is covered
         sorted_row = sorted_row.masked_fill(drop, float("-inf"))
         row = torch.full_like(row, float("-inf")).scatter_(0, order, sorted_row)
     probs = torch.softmax(row, dim=-1)

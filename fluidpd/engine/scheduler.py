@@ -8,6 +8,7 @@ Order of a step (vLLM v1 / Sarathi style):
      admission reserves blocks for the whole prompt, the first chunk fits the budget.
 No admission in a step that preempted.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -24,7 +25,7 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self.dropped: list[Sequence] = []   # can never fit this pool; reported by the engine
+        self.dropped: list[Sequence] = []  # can never fit this pool; reported by the engine
 
     # ------------------------------------------------------------------ queue changes
     def add(self, seq: Sequence) -> None:
@@ -100,7 +101,7 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if self.blocks.blocks_for(seq.num_tokens) > self.blocks.num_blocks:
-                self.waiting.popleft()       # longer than the whole pool: would wait forever
+                self.waiting.popleft()  # longer than the whole pool: would wait forever
                 seq.status, seq.finish_reason = SequenceStatus.FINISHED, "capacity"
                 self.dropped.append(seq)
                 continue

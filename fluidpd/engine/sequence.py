@@ -1,4 +1,5 @@
 """A request's state inside an engine: tokens, progress, KV block table, sampling state, output."""
+
 from __future__ import annotations
 
 import time
@@ -10,9 +11,9 @@ import torch
 from fluidpd.engine.sampling import SamplingParams, TokenLogprob
 
 
-class SequenceStatus(str, Enum):
-    WAITING = "waiting"     # no KV (new, or preempted by recompute)
-    RUNNING = "running"     # holds KV blocks; prefilling or decoding
+class SequenceStatus(str, Enum):  # noqa: UP042 - StrEnum would change str() and f-strings of a member
+    WAITING = "waiting"  # no KV (new, or preempted by recompute)
+    RUNNING = "running"  # holds KV blocks; prefilling or decoding
     FINISHED = "finished"
 
 
@@ -31,8 +32,8 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     num_computed: int = 0
     block_table: list[int] = field(default_factory=list)
-    finish_reason: str | None = None    # "stop" | "length" | "abort" | "capacity"
-    stop_text: str | None = None        # output text cut at a stop string
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "capacity"
+    stop_text: str | None = None  # output text cut at a stop string
     logprobs: list[TokenLogprob] | None = None
     arrival_s: float = field(default_factory=time.perf_counter)
     num_preemptions: int = 0
@@ -51,7 +52,7 @@ class Sequence:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.prompt_len:]
+        return self.token_ids[self.prompt_len :]
 
     @property
     def num_output_tokens(self) -> int:

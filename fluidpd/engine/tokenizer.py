@@ -1,4 +1,5 @@
 """Tokenizer and chat template, offline: from GGUF metadata or a tokenizer.json directory."""
+
 from __future__ import annotations
 
 import json
@@ -10,18 +11,29 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 from tokenizers import Tokenizer as HFTokenizer
 
 # GGUF tokenizer.ggml.pre -> the pre-tokenizer regex of the original tokenizer.json
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4
 
 
 class Tokenizer:
     """Encode/decode text and render the chat template (Hugging Face `tokenizers` underneath)."""
 
-    def __init__(self, tk: HFTokenizer, *, bos_token_id: int | None, eos_token_ids: tuple[int, ...],
-                 add_bos: bool, chat_template: str | None) -> None:
+    def __init__(
+        self,
+        tk: HFTokenizer,
+        *,
+        bos_token_id: int | None,
+        eos_token_ids: tuple[int, ...],
+        add_bos: bool,
+        chat_template: str | None,
+    ) -> None:
         self.tk = tk
         self.bos_token_id = bos_token_id
         self.eos_token_ids = tuple(eos_token_ids)
@@ -31,19 +43,19 @@ class Tokenizer:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def load(cls, source: str) -> "Tokenizer":
+    def load(cls, source: str) -> Tokenizer:
         if source.endswith(".gguf"):
             return cls.from_gguf(source)
         return cls.from_pretrained_dir(source)
 
     @classmethod
-    def from_gguf(cls, path: str, reader: Any = None) -> "Tokenizer":
+    def from_gguf(cls, path: str, reader: Any = None) -> Tokenizer:
         import gguf
 
         if reader is None and not os.path.isfile(path):
             raise FileNotFoundError(f"GGUF file not found: {path!r}")
         r = reader if reader is not None else gguf.GGUFReader(path)
-        get = lambda k, d=None: (r.fields[k].contents() if k in r.fields else d)  # noqa: E731
+        get = lambda k, d=None: r.fields[k].contents() if k in r.fields else d
         kind = get("tokenizer.ggml.model")
         tokens = get("tokenizer.ggml.tokens")
         if not tokens:
@@ -52,19 +64,26 @@ class Tokenizer:
         if kind == "gpt2":
             tk = _bpe_tokenizer(tokens, get("tokenizer.ggml.merges") or [], get("tokenizer.ggml.pre", "default"))
         elif kind == "llama":
-            tk = _spm_tokenizer(tokens, get("tokenizer.ggml.scores") or [0.0] * len(tokens),
-                                get("tokenizer.ggml.add_space_prefix", True))
+            tk = _spm_tokenizer(
+                tokens,
+                get("tokenizer.ggml.scores") or [0.0] * len(tokens),
+                get("tokenizer.ggml.add_space_prefix", True),
+            )
         else:
             raise ValueError(f"GGUF tokenizer model {kind!r} not supported (gpt2, llama)")
         _add_special(tk, tokens, types)
         bos = get("tokenizer.ggml.bos_token_id")
         eos = get("tokenizer.ggml.eos_token_id")
-        return cls(tk, bos_token_id=bos, eos_token_ids=() if eos is None else (int(eos),),
-                   add_bos=bool(get("tokenizer.ggml.add_bos_token", kind == "llama")) and bos is not None,
-                   chat_template=get("tokenizer.chat_template"))
+        return cls(
+            tk,
+            bos_token_id=bos,
+            eos_token_ids=() if eos is None else (int(eos),),
+            add_bos=bool(get("tokenizer.ggml.add_bos_token", kind == "llama")) and bos is not None,
+            chat_template=get("tokenizer.chat_template"),
+        )
 
     @classmethod
-    def from_pretrained_dir(cls, path: str) -> "Tokenizer":
+    def from_pretrained_dir(cls, path: str) -> Tokenizer:
         file = path if path.endswith(".json") else os.path.join(path, "tokenizer.json")
         if not os.path.isfile(file):
             raise FileNotFoundError(f"tokenizer.json not found: {file!r}")
@@ -80,8 +99,9 @@ class Tokenizer:
             template = next((t["template"] for t in template if t.get("name") == "default"), None)
         bos, eos = _token_id(tk, cfg.get("bos_token")), _token_id(tk, cfg.get("eos_token"))
         # tokenizer.json's post-processor already adds BOS where the model wants it
-        return cls(tk, bos_token_id=bos, eos_token_ids=() if eos is None else (eos,),
-                   add_bos=False, chat_template=template)
+        return cls(
+            tk, bos_token_id=bos, eos_token_ids=() if eos is None else (eos,), add_bos=False, chat_template=template
+        )
 
     # ------------------------------------------------------------------ use
     @property
@@ -91,7 +111,7 @@ class Tokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         ids = self.tk.encode(text, add_special_tokens=add_special_tokens).ids
         if add_special_tokens and self.add_bos and (not ids or ids[0] != self.bos_token_id):
-            ids = [self.bos_token_id] + ids
+            ids = [self.bos_token_id, *ids]
         return ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
@@ -100,17 +120,20 @@ class Tokenizer:
     def token_str(self, token_id: int) -> str | None:
         return self.tk.id_to_token(token_id)
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True,
-                            **kwargs: Any) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool = True, **kwargs: Any
+    ) -> str:
         """The prompt text for `messages` (render with jinja2 like transformers does)."""
         if not self.chat_template:
             raise ValueError("this tokenizer has no chat template")
         if self._template is None:
             self._template = _compile_template(self.chat_template)
-        tok = lambda i: self.tk.id_to_token(i) if i is not None else ""  # noqa: E731
+        tok = lambda i: self.tk.id_to_token(i) if i is not None else ""
         return self._template.render(
-            messages=messages, add_generation_prompt=add_generation_prompt,
-            bos_token=tok(self.bos_token_id), eos_token=tok(self.eos_token_ids[0] if self.eos_token_ids else None),
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=tok(self.bos_token_id),
+            eos_token=tok(self.eos_token_ids[0] if self.eos_token_ids else None),
             **kwargs,
         )
 
@@ -121,19 +144,26 @@ class Tokenizer:
 
 # ---------------------------------------------------------------------- helpers
 
+
 def _bpe_tokenizer(tokens: list[str], merges: list[str], pre: str) -> HFTokenizer:
     vocab = {t: i for i, t in enumerate(tokens)}
     pairs = [tuple(m.split(" ", 1)) for m in merges]
     tk = HFTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre in ("llama-bpe", "llama3", "smaug-bpe"):
-        tk.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tk.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     elif pre == "qwen2":
-        tk.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tk.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     elif pre in ("smollm", "starcoder", "refact"):  # digits split one by one, then GPT-2's regex
         tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
     else:
@@ -147,28 +177,38 @@ def _spm_tokenizer(tokens: list[str], scores: list[float], add_space_prefix: boo
     vocab = {t: i for i, t in enumerate(tokens)}
     merges = []
     for piece, score in zip(tokens, scores):
-        local = [(piece[:k], piece[k:], score) for k in range(1, len(piece))
-                 if piece[:k] in vocab and piece[k:] in vocab]
+        local = [
+            (piece[:k], piece[k:], score) for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab
+        ]
         local.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
         merges.extend(local)
     merges.sort(key=lambda m: m[2], reverse=True)
     unk = tokens[0] if tokens and tokens[0] == "<unk>" else None
-    tk = HFTokenizer(models.BPE(vocab=vocab, merges=[(a, b) for a, b, _ in merges], unk_token=unk,
-                                fuse_unk=True, byte_fallback=True))
+    tk = HFTokenizer(
+        models.BPE(vocab=vocab, merges=[(a, b) for a, b, _ in merges], unk_token=unk, fuse_unk=True, byte_fallback=True)
+    )
     norm = [normalizers.Replace(" ", "\u2581")]
     if add_space_prefix:
         norm.insert(0, normalizers.Prepend("\u2581"))
     tk.normalizer = normalizers.Sequence(norm)
-    tk.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                    decoders.Strip(" ", 1 if add_space_prefix else 0, 0)])
+    tk.decoder = decoders.Sequence(
+        [
+            decoders.Replace("\u2581", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1 if add_space_prefix else 0, 0),
+        ]
+    )
     return tk
 
 
 def _add_special(tk: HFTokenizer, tokens: list[str], types: list[int]) -> None:
-    special = [AddedToken(t, special=True, normalized=False)
-               for t, ty in zip(tokens, types) if int(ty) == TOKEN_CONTROL]
-    user = [AddedToken(t, special=False, normalized=False)
-            for t, ty in zip(tokens, types) if int(ty) == TOKEN_USER_DEFINED]
+    special = [
+        AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if int(ty) == TOKEN_CONTROL
+    ]
+    user = [
+        AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if int(ty) == TOKEN_USER_DEFINED
+    ]
     if special:
         tk.add_special_tokens(special)
     if user:
@@ -195,8 +235,7 @@ def _compile_template(source: str):
     def raise_exception(message: str):
         raise TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)

@@ -5,4 +5,12 @@ from fluidpd.latency.fit import Polynomial, fit_chunk_time, fit_polynomial, fit_
 from fluidpd.latency.roofline import RooflineModel
 from fluidpd.latency.shape import StepShape
 
-__all__ = ["LatencyConfig", "Polynomial", "RooflineModel", "StepShape", "fit_chunk_time", "fit_polynomial", "fit_prefill_time"]
+__all__ = [
+    "LatencyConfig",
+    "Polynomial",
+    "RooflineModel",
+    "StepShape",
+    "fit_chunk_time",
+    "fit_polynomial",
+    "fit_prefill_time",
+]

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from fluidpd.core.polynomial import Polynomial
 from fluidpd.latency.roofline import RooflineModel
 from fluidpd.latency.shape import StepShape
 
-__all__ = ["Polynomial", "fit_polynomial", "fit_prefill_time", "fit_chunk_time"]
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+__all__ = ["Polynomial", "fit_chunk_time", "fit_polynomial", "fit_prefill_time"]
 
 
-def fit_polynomial(xs: Sequence[float], ys: Sequence[float], degree: int = 2, relative: bool = False) -> Polynomial:
+def fit_polynomial(xs: ArrayLike, ys: ArrayLike, degree: int = 2, relative: bool = False) -> Polynomial:
     """Least-squares polynomial fit; `relative` weights points by 1/y to bound relative error."""
     import numpy as np
 
@@ -42,8 +45,6 @@ def fit_prefill_time(model: RooflineModel, max_tokens: int = 8192, degree: int =
 
 
 def _fit_with_floor(xs, ys, degree: int) -> Polynomial:
-    import numpy as np
-
     best, best_err = fit_polynomial(xs, ys, degree, relative=True), None
     for k in range(0, len(xs) - degree - 1):
         p = fit_polynomial(xs[k:], ys[k:], degree, relative=True)
@@ -55,8 +56,9 @@ def _fit_with_floor(xs, ys, degree: int) -> Polynomial:
     return best
 
 
-def fit_chunk_time(model: RooflineModel, batch: int = 1, ctx: int = 1024, max_tokens: int = 8192,
-                   degree: int = 2, points: int = 96) -> Polynomial:
+def fit_chunk_time(
+    model: RooflineModel, batch: int = 1, ctx: int = 1024, max_tokens: int = 8192, degree: int = 2, points: int = 96
+) -> Polynomial:
     """Marginal time of a prefill chunk of c tokens fused into a decode step of `batch` requests.
 
     FluidToken runs a borrowed chunk in the same forward pass as the decode batch, so the
@@ -70,16 +72,18 @@ def fit_chunk_time(model: RooflineModel, batch: int = 1, ctx: int = 1024, max_to
     base = model.step_time(StepShape(decode_tokens=batch, decode_ctx=batch * ctx))
     grid = np.concatenate([np.geomspace(1, max_tokens, points // 2), np.linspace(1, max_tokens, points // 2)])
     xs = np.unique(grid.round().astype(int))
-    ys = []
+    times = []
     for c in xs:
         shape = StepShape(decode_tokens=batch, decode_ctx=batch * ctx)
         shape.add_chunk(int(c), 0)
-        ys.append(model.step_time(shape) - base)
-    ys = np.array(ys)
+        times.append(model.step_time(shape) - base)
+    ys = np.array(times)
     best, best_err = None, None
     for k in range(0, len(xs) - degree - 1):  # knee: fit right of it, floor 0 left of it
         p = Polynomial(fit_polynomial(xs[k:], ys[k:], degree).coeffs, 0.0)
         err = max(abs(p(float(x)) - y) / max(y, 1e-3) for x, y in zip(xs, ys))
         if best_err is None or err < best_err:
             best, best_err = p, err
+    if best is None:
+        raise ValueError(f"{points} points leave no knee to search for a degree-{degree} fit")
     return best

@@ -1,4 +1,5 @@
 """What the control plane asks a world to do; each world carries these out its own way."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

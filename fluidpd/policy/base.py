@@ -1,4 +1,5 @@
 """The policy interface every world drives, and the knobs the baselines share."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ class PolicyConfig:
     chunk_budget: int = knob(512, "chunked: tokens per mixed step (Sarathi-Serve)")
     prefill_batch_tokens: int = knob(0, "static-pd: DistServe's L_m (0: profiled by the world)")
     prefill_workers: int = knob(0, "initial prefill workers of a disaggregated policy (0: a quarter)")
-    tick_s: float = 0.010                 # control-plane cycle (FluidPD's 10 ms)
+    tick_s: float = 0.010  # control-plane cycle (FluidPD's 10 ms)
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "chunk_budget"):
@@ -39,14 +40,15 @@ class Policy:
 
     name = "policy"
     uses_tick = False
-    needs_costs = False     # built with a CostModel the world fits (see `build`)
+    needs_costs = False  # built with a CostModel the world fits (see `build`)
 
     def __init__(self, config: PolicyConfig | None = None):
         self.config = config or PolicyConfig()
 
     @classmethod
-    def build(cls, config: PolicyConfig | None = None, fluid: FluidConfig | None = None,
-              costs: CostModel | None = None) -> Policy:
+    def build(
+        cls, config: PolicyConfig | None = None, fluid: FluidConfig | None = None, costs: CostModel | None = None
+    ) -> Policy:
         """The policy from its config; policies that need them take the FluidPD knobs and costs."""
         return cls(config)
 

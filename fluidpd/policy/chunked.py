@@ -1,4 +1,5 @@
 """`chunked`: chunked prefill mixed with decodes under a per-step token budget (Sarathi-Serve)."""
+
 from __future__ import annotations
 
 from fluidpd.policy import routing, stepplan

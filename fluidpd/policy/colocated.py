@@ -1,4 +1,5 @@
 """`colocated`: vLLM-style continuous batching on every worker, prefill prioritised."""
+
 from __future__ import annotations
 
 from fluidpd.policy import routing, stepplan

@@ -1,4 +1,5 @@
 """FluidPD's thresholds and timers (the seed's decision logic), as one typed config."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,8 +21,8 @@ class FluidConfig:
     theta_p_idle: float = knob(0.5, "... while PPI is below this")
     tau_persist_s: float = knob(1.0, "seconds a deficit must persist before a role switch")
     tau_residence_s: float = knob(5.0, "seconds a worker keeps a role before it may switch again")
-    ppi_cap: float = 10.0             # the PPI scan stops here: past it every decision is the same
-    history_s: float = 0.1            # PPI/DPI samples kept for timelines
+    ppi_cap: float = 10.0  # the PPI scan stops here: past it every decision is the same
+    history_s: float = 0.1  # PPI/DPI samples kept for timelines
     token: FluidTokenConfig = field(default_factory=FluidTokenConfig)
     role: FluidRoleConfig = field(default_factory=FluidRoleConfig)
 

@@ -9,6 +9,7 @@
 No thrashing: one transition at a time, a worker keeps a role for tau_residence, and at least
 one worker of each role always remains.
 """
+
 from __future__ import annotations
 
 from fluidpd.policy import fluidrole, routing, stepplan
@@ -37,8 +38,9 @@ class FluidPD(StaticPD):
     use_token = True
     use_role = True
 
-    def __init__(self, config: PolicyConfig | None = None, fluid: FluidConfig | None = None,
-                 costs: CostModel | None = None):
+    def __init__(
+        self, config: PolicyConfig | None = None, fluid: FluidConfig | None = None, costs: CostModel | None = None
+    ):
         super().__init__(config)
         if costs is None:
             raise ValueError(f"{self.name} needs a CostModel (SLOs and the fitted step times)")
@@ -86,7 +88,7 @@ class FluidPD(StaticPD):
             self.history.append((view.now, ppi, dpi, self.state))
         actions: list = []
         if self.transition is not None:
-            actions += self._drive(view)
+            actions += self._drive(self.transition, view)
         elif self.forced:
             actions += self._start(view, *self.forced.pop(0), reason="admin")
         elif self.use_role and self.state == PREFILL_DEFICIT:
@@ -123,6 +125,7 @@ class FluidPD(StaticPD):
         def eligible(w) -> bool:
             same = sum(1 for x in view.workers if x.role is w.role and x.routable)
             return same >= 2 and view.now - w.role_since >= self.fluid.tau_residence_s
+
         return eligible
 
     def _start(self, view: ClusterView, wid: int | None, role: Role, reason: str = "auto") -> list:
@@ -133,8 +136,7 @@ class FluidPD(StaticPD):
         self._since.clear()
         return actions
 
-    def _drive(self, view: ClusterView) -> list:
-        t = self.transition
+    def _drive(self, t: RoleTransition, view: ClusterView) -> list:
         if t.phase == "drain":
             return fluidrole.drain_step(t, view, self.fluid.role)
         return []

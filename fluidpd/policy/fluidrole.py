@@ -9,6 +9,7 @@ Four phases, each a visible state with timestamps:
   4. route: the coordinator registers the worker in its new pool and updates capacity.
 The drain takes what it takes; the world reports how long phases 2-4 took.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ class RoleTransition:
 class FluidRoleConfig:
     """Knobs of the macro engine."""
 
-    drain_finish_s: float = 0.25   # a decoding request this close to done finishes in place
+    drain_finish_s: float = 0.25  # a decoding request this close to done finishes in place
 
     def __post_init__(self) -> None:
         if self.drain_finish_s < 0:

@@ -17,6 +17,7 @@ prompt longer than one chunk runs as chunks over successive iterations, and a pr
 pieces before it (context-parallel, its cost counts that prior), and when all pieces are done the
 first token is out and their KV is gathered to the worker that decodes the request.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,13 +37,13 @@ SCALE_GAIN, MIN_SCALE, MAX_SCALE = 0.5, 0.25, 20.0
 class FluidTokenConfig:
     """Knobs of the micro engine."""
 
-    min_chunk: int = 16               # a chunk smaller than this is not worth borrowing for
+    min_chunk: int = 16  # a chunk smaller than this is not worth borrowing for
     max_chunk: int = 8192
-    borrowed_per_worker: int = 1      # requests a decode worker holds for borrowing at once
-    kv_headroom: float = 0.2          # KV share kept free for hand-offs when borrowing
-    split_min_tokens: int = 2048      # prompts this long spread over several decode workers
-    max_split: int = 4                # at most this many pieces
-    guard_factor: float = 1.5         # delta_guard = factor x p99.9 of measured jitter
+    borrowed_per_worker: int = 1  # requests a decode worker holds for borrowing at once
+    kv_headroom: float = 0.2  # KV share kept free for hand-offs when borrowing
+    split_min_tokens: int = 2048  # prompts this long spread over several decode workers
+    max_split: int = 4  # at most this many pieces
+    guard_factor: float = 1.5  # delta_guard = factor x p99.9 of measured jitter
     guard_default_s: float | None = None  # until enough steps are measured: 10% of SLO_TBT (4 ms at 40 ms)
 
     def __post_init__(self) -> None:
@@ -57,15 +58,20 @@ class FluidTokenConfig:
 class FluidToken:
     """Per-worker slack, chunk sizing, borrowing and the step plan of a borrowing decode worker."""
 
-    def __init__(self, chunk_time: Polynomial, slo_tbt_s: float, config: FluidTokenConfig | None = None,
-                 decode_ref_s: float | None = None):
+    def __init__(
+        self,
+        chunk_time: Polynomial,
+        slo_tbt_s: float,
+        config: FluidTokenConfig | None = None,
+        decode_ref_s: float | None = None,
+    ):
         self.chunk_time = chunk_time
         self.slo_tbt_s = slo_tbt_s
         self.config = config or FluidTokenConfig()
         self.jitter: dict[int, JitterTracker] = {}
         self.t_iter_s: dict[int, float] = {}
-        self.scale: dict[int, float] = {}   # measured / modelled chunk time, per worker (online calibration)
-        self.decode_ref_s = decode_ref_s    # the decode step time the cost model was fitted next to
+        self.scale: dict[int, float] = {}  # measured / modelled chunk time, per worker (online calibration)
+        self.decode_ref_s = decode_ref_s  # the decode step time the cost model was fitted next to
         self.borrowed = 0
         self.spread = 0
 
@@ -163,8 +169,11 @@ class FluidToken:
                 owner[r.id] = w.id
         waiting = sorted((r for w in donors for r in _unstarted_head(w, 8)), key=lambda r: (r.arrival_s, r.id))
         cap = self.config.borrowed_per_worker
-        free = [w for w in view.workers if w.role is Role.DECODE and w.routable and len(w.queue) < cap
-                and self.chunk_tokens(w)]
+        free = [
+            w
+            for w in view.workers
+            if w.role is Role.DECODE and w.routable and len(w.queue) < cap and self.chunk_tokens(w)
+        ]
         actions: list = []
         for req in waiting:
             if not free:
@@ -192,9 +201,13 @@ class FluidToken:
         still fit the prompt's last chunk (so a borrowed prompt cannot stall behind the decodes)."""
         step = self.config.min_chunk
         need = blocks_for(req.prompt_len + req.output_len, free[0].block_size)
-        fits = [w for w in free if self._room(w) >= need
-                and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step, self.cost_scale(w))
-                <= self.slack(w)]
+        fits = [
+            w
+            for w in free
+            if self._room(w) >= need
+            and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step, self.cost_scale(w))
+            <= self.slack(w)
+        ]
         return max(fits, key=lambda w: (self._room(w), -w.id)) if fits else None
 
     def _helpers(self, req: Request, free: list) -> list:
@@ -210,7 +223,7 @@ class FluidToken:
 def _unstarted_head(w: WorkerView, n: int) -> list[Request]:
     found = []
     for r in w.queue:
-        if r.worker < 0:
+        if isinstance(r, Request) and r.worker < 0:
             found.append(r)
             if len(found) == n:
                 break

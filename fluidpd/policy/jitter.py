@@ -1,4 +1,5 @@
 """Measured step-time jitter per worker, and the FluidToken guard derived from it."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Policies by name, each built from its config (`Policy.build`)."""
+
 from __future__ import annotations
 
 from fluidpd.core.registry import Registry
@@ -15,6 +16,7 @@ for _cls in (Colocated, Chunked, StaticPD, FluidTokenOnly, FluidPD):
     POLICIES.add(_cls.name, _cls)
 
 
-def make_policy(name: str, config: PolicyConfig | None = None, fluid: FluidConfig | None = None,
-                costs: CostModel | None = None) -> Policy:
+def make_policy(
+    name: str, config: PolicyConfig | None = None, fluid: FluidConfig | None = None, costs: CostModel | None = None
+) -> Policy:
     return POLICIES.get(name).build(config, fluid, costs)

@@ -1,7 +1,8 @@
 """Dispatch rules: least-loaded replica, shortest prefill queue, least-loaded decode instance."""
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from fluidpd.policy.view import Role, WorkerView
 

@@ -5,6 +5,7 @@ prompts up to L_m tokens (longer prompts alone) and emits the first token; the r
 then dispatched to the least-loaded decode instance, which pulls its KV only when it has
 room (until then the KV waits in the prefill instance's memory).
 """
+
 from __future__ import annotations
 
 from fluidpd.policy import routing, stepplan

@@ -3,10 +3,13 @@
 Every world (simulator, runtime) asks these functions for the content of a worker's next
 step, so a policy plans identically whether its steps are priced or executed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fluidpd.core.piece import PrefillPiece
+from fluidpd.core.request import Request
 from fluidpd.policy.view import StepPlan, WorkerView, blocks_for
 
 
@@ -18,7 +21,7 @@ class Admission:
     free_seqs: int
 
     @classmethod
-    def of(cls, w: WorkerView, max_num_seqs: int) -> "Admission":
+    def of(cls, w: WorkerView, max_num_seqs: int) -> Admission:
         return cls(w.free_blocks, max_num_seqs - w.num_decoding - w.num_held - w.num_prefilling)
 
     def admit(self, prefilled: int, target: int, block_size: int) -> bool:
@@ -36,7 +39,8 @@ class Admission:
 def whole_prompts(w: WorkerView, max_tokens: int, max_num_seqs: int) -> list:
     """FCFS whole prompts up to `max_tokens` (DistServe's L_m batching; a longer prompt runs alone)."""
     room = Admission.of(w, max_num_seqs)
-    chunks, tokens = [], 0
+    chunks: list[tuple[Request | PrefillPiece, int]] = []
+    tokens = 0
     for req in w.queue:
         need = req.prefill_remaining
         if chunks and tokens + need > max_tokens:

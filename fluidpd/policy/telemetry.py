@@ -16,13 +16,13 @@ room is decode pressure (and can push DPI above 1), not prefill pressure.
 A colocated worker does both, so it counts in both pools (the indices then describe a colocated
 deployment too; the disaggregated policies have no colocated workers).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from fluidpd.core.polynomial import Polynomial
 from fluidpd.policy.view import ClusterView, Role, WorkerView
-
 
 PREFILL_POOL = (Role.PREFILL, Role.COLOCATED)
 DECODE_POOL = (Role.DECODE, Role.COLOCATED)
@@ -37,8 +37,9 @@ class Pressure:
     dpi: float
 
 
-def prefill_pressure_index(view: ClusterView, prefill_time: Polynomial, slo_ttft_s: float,
-                           ppi_cap: float = 10.0) -> float:
+def prefill_pressure_index(
+    view: ClusterView, prefill_time: Polynomial, slo_ttft_s: float, ppi_cap: float = 10.0
+) -> float:
     """PPI over the prefill workers' queues (0 when there is no prefill worker and no queue)."""
     prefill = [w for w in view.workers if w.role in PREFILL_POOL]
     capacity = slo_ttft_s * sum(1 for w in prefill if w.routable)

@@ -3,16 +3,19 @@
 The simulator and the real runtime both implement `WorkerView` and `ClusterView`; the
 policy package reads them and never touches a world's internals.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol
 
+from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.request import Request
 
 
-class Role(str, Enum):
+class Role(str, Enum):  # noqa: UP042 - StrEnum would change str() and f-strings of a member
     """A worker's role: a prefill or decode instance, or a colocated replica doing both."""
 
     PREFILL = "prefill"
@@ -26,22 +29,30 @@ class WorkerView(Protocol):
     id: int
     role: Role
     node: int
-    routable: bool              # False while FluidRole drains it
+    routable: bool  # False while FluidRole drains it
     block_size: int
     kv_blocks_total: int
     kv_blocks_used: int
-    pull_blocks_pending: int    # blocks promised to KV pulls queued on this worker
-    queue: Sequence[Request]    # waiting and partly prefilled requests, FIFO
-    decoding: Mapping[int, Request]  # requests decoding here, by id
-    queued_tokens: int          # prefill tokens still to compute for `queue`
-    num_decoding: int
+    pull_blocks_pending: int  # blocks promised to KV pulls queued on this worker
+    queued_tokens: int  # prefill tokens still to compute for `queue`
     decode_ctx_sum: int
-    num_held: int               # prefilled requests whose KV waits here to be pulled
-    num_prefilling: int         # admitted requests (KV allocated) whose prefill is unfinished
-    step_time_ewma_s: float     # measured time of recent decode-only steps (T_iter)
-    transfers_out: int          # KV transfers leaving this worker, in flight
-    transfers_in: int           # KV transfers arriving at this worker, in flight
-    role_since: float           # when the worker took its current role
+    num_prefilling: int  # admitted requests (KV allocated) whose prefill is unfinished
+    step_time_ewma_s: float  # measured time of recent decode-only steps (T_iter)
+    transfers_out: int  # KV transfers leaving this worker, in flight
+    transfers_in: int  # KV transfers arriving at this worker, in flight
+    role_since: float  # when the worker took its current role
+
+    @property
+    def queue(self) -> Sequence[Request | PrefillPiece]: ...  # waiting and partly prefilled requests, FIFO
+
+    @property
+    def decoding(self) -> Mapping[int, Request]: ...  # requests decoding here, by id
+
+    @property
+    def num_decoding(self) -> int: ...
+
+    @property
+    def num_held(self) -> int: ...  # prefilled requests whose KV waits here to be pulled
 
     @property
     def free_blocks(self) -> int: ...
@@ -50,15 +61,18 @@ class WorkerView(Protocol):
 class ClusterView(Protocol):
     """Read-only state of the cluster at `now` (virtual or wall clock, seconds)."""
 
-    now: float
-    workers: Sequence[WorkerView]
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def workers(self) -> Sequence[WorkerView]: ...
 
 
 @dataclass(slots=True)
 class StepPlan:
     """The content of one engine iteration: prefill chunks and whether decodes run."""
 
-    chunks: list[tuple[Request, int]] = field(default_factory=list)
+    chunks: list[tuple[Request | PrefillPiece, int]] = field(default_factory=list)
     decode: bool = False
 
     @property

@@ -1,8 +1,10 @@
 """What the serving front end (HTTP server, load generator) sees of the runtime."""
+
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Protocol
+from typing import Protocol
 
 
 @dataclass(slots=True)
@@ -10,9 +12,9 @@ class TokenEvent:
     """New tokens of one request; the last event of a request carries `finish_reason`."""
 
     token_ids: list[int]
-    finish_reason: str | None = None      # "stop" | "length" | "abort" | "error" (OpenAI's words)
-    logprobs: list | None = None          # engine TokenLogprob per new token, when asked for
-    error: str | None = None              # set with finish_reason "error": what went wrong
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error" (OpenAI's words)
+    logprobs: list | None = None  # engine TokenLogprob per new token, when asked for
+    error: str | None = None  # set with finish_reason "error": what went wrong
 
 
 @dataclass(slots=True)
@@ -21,8 +23,8 @@ class GenerationRequest:
 
     request_id: str
     prompt_token_ids: list[int]
-    params: object                         # fluidpd.engine.SamplingParams
-    arrival_s: float = 0.0                 # set by the runtime
+    params: object  # fluidpd.engine.SamplingParams
+    arrival_s: float = 0.0  # set by the runtime
     meta: dict = field(default_factory=dict)
 
 
@@ -40,7 +42,7 @@ class ServingRuntime(Protocol):
     """The runtime behind the OpenAI API: workers, the coordinator and its policy."""
 
     model_name: str
-    tokenizer: object                      # fluidpd.engine.tokenizer.Tokenizer
+    tokenizer: object  # fluidpd.engine.tokenizer.Tokenizer
     max_model_len: int
 
     async def start(self) -> None: ...

@@ -16,8 +16,8 @@ Methods (executed on the worker's engine, strictly in submission order per worke
 
 Errors: an exception raised by the engine comes back on the Future as the same type with the same
 message. Cancelling a Future only drops its outcome: the call still runs, in order (so both
-backends leave the engine in the same state). A dead worker process fails every pending Future, and every later one, with
-`WorkerDiedError` (a RuntimeError); a closed worker with `WorkerClosedError` (a RuntimeError).
+backends leave the engine in the same state). A dead worker process fails every pending Future, and every later one,
+with `WorkerDiedError` (a RuntimeError); a closed worker with `WorkerClosedError` (a RuntimeError).
 
 Backends: `InProcessWorker` (the engine in this process, on its own thread; models can be
 shared) and `ProcessWorker` (a spawned process per worker, control over a Pipe, KV over shared
@@ -32,6 +32,7 @@ A KV migration is two calls on two workers: `h = await A.submit("export_kv", rid
 With ProcessWorker, the main module must be import-safe (`if __name__ == "__main__":`), as
 always with the spawn start method.
 """
+
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor

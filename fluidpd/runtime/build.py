@@ -1,4 +1,5 @@
 """Build the serving runtime: load and profile the engine, size max_model_len, start the workers."""
+
 from __future__ import annotations
 
 import sys
@@ -24,24 +25,31 @@ def serving_max_model_len(engine, runtime: RuntimeConfig, requested: int | None)
     whole = blocks * bs
     if requested is not None:
         if requested > whole:
-            raise ValueError(f"max_model_len {requested} needs {blocks_for(requested, bs)} KV blocks per worker, "
-                             f"but a worker holds {blocks} ({whole} tokens): raise --num-kv-blocks or lower "
-                             f"--max-model-len")
+            raise ValueError(
+                f"max_model_len {requested} needs {blocks_for(requested, bs)} KV blocks per worker, "
+                f"but a worker holds {blocks} ({whole} tokens): raise --num-kv-blocks or lower "
+                f"--max-model-len"
+            )
         return requested, "as requested"
     kv = whole
     where = f"one worker's KV ({blocks} blocks x {bs} tokens)"
     if runtime.workers > 1 and runtime.policy not in ("colocated", "chunked"):
         kv = int(blocks * runtime.prefill_kv_fraction) * bs
-        where = (f"a prefill worker's KV ({int(blocks * runtime.prefill_kv_fraction)} of {blocks} blocks x {bs} "
-                 f"tokens; --prefill-kv-fraction {runtime.prefill_kv_fraction:g})")
+        where = (
+            f"a prefill worker's KV ({int(blocks * runtime.prefill_kv_fraction)} of {blocks} blocks x {bs} "
+            f"tokens; --prefill-kv-fraction {runtime.prefill_kv_fraction:g})"
+        )
     if engine.max_model_len <= kv:
         return engine.max_model_len, f"the model's context ({where} holds {kv} tokens)"
-    return kv, (f"capped by {where}; the model's context is {engine.max_model_len}; "
-                f"--max-model-len up to {whole}, or more --num-kv-blocks, for longer")
+    return kv, (
+        f"capped by {where}; the model's context is {engine.max_model_len}; "
+        f"--max-model-len up to {whole}, or more --num-kv-blocks, for longer"
+    )
 
 
-def build_coordinator(config, runtime: RuntimeConfig, model_name: str | None = None, log=None,
-                      profile: EngineProfile | None = None) -> Coordinator:
+def build_coordinator(
+    config, runtime: RuntimeConfig, model_name: str | None = None, log=None, profile: EngineProfile | None = None
+) -> Coordinator:
     """Start `runtime.workers` engines of `config` (after profiling one in this process, unless a
     `profile` is given) and return the coordinator (not yet started: `await coordinator.start()`
     inside the serving event loop). `model_name`: the name clients use (default: `config.model`)."""
@@ -63,8 +71,10 @@ def build_coordinator(config, runtime: RuntimeConfig, model_name: str | None = N
     if profile is None:
         log("profiling step times ...")
         profile = profile_engine(probe)
-    log(f"profile: f_P(512) = {profile.prefill_time(512) * 1e3:.0f} ms, decode step "
-        f"{profile.decode_step_s * 1e3:.1f} ms, L_m = {profile.prefill_batch_tokens} tokens")
+    log(
+        f"profile: f_P(512) = {profile.prefill_time(512) * 1e3:.0f} ms, decode step "
+        f"{profile.decode_step_s * 1e3:.1f} ms, L_m = {profile.prefill_batch_tokens} tokens"
+    )
     kv_blocks, block_size = probe.blocks.num_blocks, config.block_size
     kv_bytes_per_token = probe.arena.block_bytes / block_size
     vocab = probe.model_config.vocab_size
@@ -73,7 +83,19 @@ def build_coordinator(config, runtime: RuntimeConfig, model_name: str | None = N
     backends = [make_worker(runtime.backend, i, config, **shared) for i in range(runtime.workers)]
     t1 = time.perf_counter()
     start_workers(backends)
-    log(f"started {runtime.workers} {runtime.backend} worker(s) in {time.perf_counter() - t1:.1f} s, "
-        f"policy {runtime.policy}")
-    return Coordinator(backends, tokenizer, model_name or config.model, max_len, vocab, kv_blocks, block_size,
-                       kv_bytes_per_token, profile, runtime)
+    log(
+        f"started {runtime.workers} {runtime.backend} worker(s) in {time.perf_counter() - t1:.1f} s, "
+        f"policy {runtime.policy}"
+    )
+    return Coordinator(
+        backends,
+        tokenizer,
+        model_name or config.model,
+        max_len,
+        vocab,
+        kv_blocks,
+        block_size,
+        kv_bytes_per_token,
+        profile,
+        runtime,
+    )

@@ -1,4 +1,5 @@
 """The World's event-loop interface on the wall clock, inside a running asyncio loop."""
+
 from __future__ import annotations
 
 import asyncio

@@ -5,6 +5,7 @@ decode ids); the engine's tokens stream to the requests, and the measured step t
 the policy. KV moves by export on one engine and import on another (through the transport the
 worker backends use). FluidRole's remap is a real `resize_kv` of the worker's arena.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,20 +35,28 @@ class Live:
     stream: object
     out_ids: list[int] = field(default_factory=list)
     engine_id: str = ""
-    engine_worker: int = -1          # the engine that holds it now (-1: none)
+    engine_worker: int = -1  # the engine that holds it now (-1: none)
     admissions: int = 0
     aborted: bool = False
     finish_reason: str | None = None
-    error: str | None = None         # why its engine refused it
+    error: str | None = None  # why its engine refused it
 
 
 class RuntimeCluster(World):
     """A World whose workers are engine backends (in-process threads or processes)."""
 
-    def __init__(self, backends: list, policy: Policy, kv_bytes_per_token: float, kv_blocks: int,
-                 metrics: MetricsCollector, block_size: int, loop, prefill_kv_fraction: float = 1.0):
-        super().__init__(policy, kv_bytes_per_token, kv_blocks, metrics, len(backends), block_size,
-                         lambda i: 0, loop)
+    def __init__(
+        self,
+        backends: list,
+        policy: Policy,
+        kv_bytes_per_token: float,
+        kv_blocks: int,
+        metrics: MetricsCollector,
+        block_size: int,
+        loop,
+        prefill_kv_fraction: float = 1.0,
+    ):
+        super().__init__(policy, kv_bytes_per_token, kv_blocks, metrics, len(backends), block_size, lambda i: 0, loop)
         self.backends = backends
         self.prefill_kv_fraction = prefill_kv_fraction
         self.live: dict[int, Live] = {}
@@ -70,7 +79,7 @@ class RuntimeCluster(World):
         live.aborted = True
         req = live.request
         for w in self.workers:
-            if req in w.queue and req.worker < 0:   # not started anywhere: drop it now
+            if req in w.queue and req.worker < 0:  # not started anywhere: drop it now
                 w.dequeue(req)
                 self._close(live, "abort")
                 return
@@ -173,8 +182,9 @@ class RuntimeCluster(World):
         culprits = [r for r in planned if self.live[r.id].error]
         if not culprits:
             culprits = planned
-            log.error("worker %d: step failed (%s: %s); failing its %d requests", w.id, type(exc).__name__, exc,
-                      len(planned))
+            log.error(
+                "worker %d: step failed (%s: %s); failing its %d requests", w.id, type(exc).__name__, exc, len(planned)
+            )
         default = f"the engine failed the step: {type(exc).__name__}: {exc}"
         self.step_failed(w, plan, [(r, self.live[r.id].error or default) for r in culprits])
 
@@ -215,12 +225,14 @@ class RuntimeCluster(World):
 
         self.backends[src.id].submit("export_kv", live.engine_id).add_done_callback(exported)
 
-    def _transfer_failed(self, live: Live, src: WorkerState, dst: WorkerState, exc: BaseException,
-                         side: WorkerState) -> None:
+    def _transfer_failed(
+        self, live: Live, src: WorkerState, dst: WorkerState, exc: BaseException, side: WorkerState
+    ) -> None:
         """A hand-off or migration did not complete: the request fails alone, both sides free its KV."""
         req = live.request
-        log.error("KV move of request %d from worker %d to %d failed: %s: %s", req.id, src.id, dst.id,
-                  type(exc).__name__, exc)
+        log.error(
+            "KV move of request %d from worker %d to %d failed: %s: %s", req.id, src.id, dst.id, type(exc).__name__, exc
+        )
         src.held.pop(req.id, None)
         src.free(src.blocks_of(req))
         dst.free(dst.blocks_of(req))

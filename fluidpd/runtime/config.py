@@ -1,4 +1,5 @@
 """How the serving runtime is run: workers, policy, SLOs, and the policy's own configs."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,10 +18,8 @@ class RuntimeConfig:
     """Workers, the policy that runs them, its SLOs (CPU-sized defaults) and its knobs."""
 
     workers: int = knob(1, "engine workers, one engine and one torch thread each")
-    policy: str | None = knob(None, f"one of {', '.join(POLICIES)} (default: colocated for one worker, "
-                                    "else fluidpd)")
-    backend: str = knob("process", "worker backend: a process per worker, or threads of this process",
-                        choices=BACKENDS)
+    policy: str | None = knob(None, f"one of {', '.join(POLICIES)} (default: colocated for one worker, else fluidpd)")
+    backend: str = knob("process", "worker backend: a process per worker, or threads of this process", choices=BACKENDS)
     ttft_slo_s: float = knob(5.0, "TTFT SLO, seconds", flag="--ttft-slo")
     tbt_slo_s: float = knob(0.5, "time-between-tokens SLO, seconds", flag="--tbt-slo")
     prefill_kv_fraction: float = knob(0.5, "share of a prefill worker's arena kept for KV (the rest is scratch)")
@@ -37,7 +36,7 @@ class RuntimeConfig:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if not 0 < self.prefill_kv_fraction <= 1:
             raise ValueError("prefill_kv_fraction must be in (0, 1]")
-        self.slo  # validates the SLOs
+        _ = self.slo  # validates the SLOs
 
     @property
     def slo(self) -> Slo:

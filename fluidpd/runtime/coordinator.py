@@ -3,6 +3,7 @@
 Every configuration, one worker included, runs here: the same `World` lifecycle and the same
 `fluidpd/policy` classes as the simulator, with steps executed on real engines.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,9 +29,19 @@ from fluidpd.world.events import EventKind
 class Coordinator:
     """A ServingRuntime over started worker backends (all the same model and arena size)."""
 
-    def __init__(self, backends: list, tokenizer, model_name: str, max_model_len: int, vocab_size: int,
-                 kv_blocks: int, block_size: int, kv_bytes_per_token: float, profile: EngineProfile,
-                 config: RuntimeConfig):
+    def __init__(
+        self,
+        backends: list,
+        tokenizer,
+        model_name: str,
+        max_model_len: int,
+        vocab_size: int,
+        kv_blocks: int,
+        block_size: int,
+        kv_bytes_per_token: float,
+        profile: EngineProfile,
+        config: RuntimeConfig,
+    ):
         self.backends, self.tokenizer, self.model_name = backends, tokenizer, model_name
         self.max_model_len, self.vocab_size, self.config, self.profile = max_model_len, vocab_size, config, profile
         self.kv_blocks, self.block_size, self.kv_bytes_per_token = kv_blocks, block_size, kv_bytes_per_token
@@ -49,15 +60,26 @@ class Coordinator:
     # --- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         c, p = self.config, self.profile
-        pcfg = replace(c.scheduling, prefill_batch_tokens=c.scheduling.prefill_batch_tokens or p.prefill_batch_tokens,
-                       max_num_batched_tokens=min(c.scheduling.max_num_batched_tokens, self.max_model_len))
+        pcfg = replace(
+            c.scheduling,
+            prefill_batch_tokens=c.scheduling.prefill_batch_tokens or p.prefill_batch_tokens,
+            max_num_batched_tokens=min(c.scheduling.max_num_batched_tokens, self.max_model_len),
+        )
         # the real engine has no context-parallel attention: long prompts are not spread
         fluid = replace(c.fluid, token=replace(c.fluid.token, max_split=1))
         policy = make_policy(c.policy, pcfg, fluid, self.costs() if POLICIES.get(c.policy).needs_costs else None)
         metrics = MetricsCollector(c.slo)
         loop = RealtimeLoop(asyncio.get_running_loop())
-        self.cluster = cl = RuntimeCluster(self.backends, policy, self.kv_bytes_per_token, self.kv_blocks,
-                                           metrics, self.block_size, loop, c.prefill_kv_fraction)
+        self.cluster = cl = RuntimeCluster(
+            self.backends,
+            policy,
+            self.kv_bytes_per_token,
+            self.kv_blocks,
+            metrics,
+            self.block_size,
+            loop,
+            c.prefill_kv_fraction,
+        )
         cl.prefill_kv_floor = blocks_for(self.max_model_len, self.block_size)
         for w in cl.workers:
             if w.role is Role.PREFILL:
@@ -95,8 +117,9 @@ class Coordinator:
         if bad is not None:
             raise ValueError(f"token id {bad!r} is out of range: the vocabulary has {self.vocab_size} tokens")
         if n + params.max_tokens > self.max_model_len:
-            raise ValueError(f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds max_model_len "
-                             f"{self.max_model_len}")
+            raise ValueError(
+                f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds max_model_len {self.max_model_len}"
+            )
         req = Request(next(self._ids), cl.now, n, params.max_tokens)
         stream = Stream(request.request_id, _abort=lambda s, rid=req.id: cl.abort(rid))
         cl.add(Live(req, list(ids), params, stream))
@@ -114,21 +137,33 @@ class Coordinator:
         if isinstance(cl.policy, FluidPD):
             return cl.policy.pressure
         slo = self.config.slo
-        return Pressure(cl.now, prefill_pressure_index(cl, self.profile.prefill_time, slo.ttft_s),
-                        decode_pressure_index(cl, slo.tbt_s, self.config.fluid.alpha))
+        return Pressure(
+            cl.now,
+            prefill_pressure_index(cl, self.profile.prefill_time, slo.ttft_s),
+            decode_pressure_index(cl, slo.tbt_s, self.config.fluid.alpha),
+        )
 
     def cluster_state(self) -> dict:
         cl = self._cluster()
         pol = cl.policy
-        state = {"policy": pol.name, "model": self.model_name, "max_model_len": self.max_model_len,
-                 "now_s": cl.now, "outstanding": cl.outstanding, "failed": cl.failed,
-                 "slo": {"ttft_s": self.config.ttft_slo_s, "tbt_s": self.config.tbt_slo_s},
-                 "workers": [_worker_json(w) for w in cl.workers]}
+        state = {
+            "policy": pol.name,
+            "model": self.model_name,
+            "max_model_len": self.max_model_len,
+            "now_s": cl.now,
+            "outstanding": cl.outstanding,
+            "failed": cl.failed,
+            "slo": {"ttft_s": self.config.ttft_slo_s, "tbt_s": self.config.tbt_slo_s},
+            "workers": [_worker_json(w) for w in cl.workers],
+        }
         p = self.pressure()
         state.update(ppi=p.ppi, dpi=p.dpi)
         if isinstance(pol, FluidPD):
-            state.update(state=pol.state, borrowed=pol.token.borrowed,
-                         transitions=[_transition_json(t) for t in pol.transitions[-20:]])
+            state.update(
+                state=pol.state,
+                borrowed=pol.token.borrowed,
+                transitions=[_transition_json(t) for t in pol.transitions[-20:]],
+            )
         return state
 
     def force_role(self, worker_id: int, role: str) -> dict:
@@ -147,23 +182,44 @@ class Coordinator:
     def metrics_snapshot(self) -> dict:
         cl = self._cluster()
         p = self.pressure()
-        snap = {"num_requests_running": sum(len(w.decoding) + w.num_prefilling for w in cl.workers),
-                "num_requests_waiting": sum(len(w.queue) - w.num_prefilling + len(w.pulls) for w in cl.workers),
-                "kv_cache_usage": {w.id: w.kv_blocks_used / w.kv_blocks_total for w in cl.workers},
-                "worker_role": {w.id: w.role.value for w in cl.workers},
-                "role_transitions_total": len(getattr(cl.policy, "transitions", [])),
-                "prefill_pressure_index": p.ppi, "decode_pressure_index": p.dpi}
+        snap = {
+            "num_requests_running": sum(len(w.decoding) + w.num_prefilling for w in cl.workers),
+            "num_requests_waiting": sum(len(w.queue) - w.num_prefilling + len(w.pulls) for w in cl.workers),
+            "kv_cache_usage": {w.id: w.kv_blocks_used / w.kv_blocks_total for w in cl.workers},
+            "worker_role": {w.id: w.role.value for w in cl.workers},
+            "role_transitions_total": len(getattr(cl.policy, "transitions", [])),
+            "prefill_pressure_index": p.ppi,
+            "decode_pressure_index": p.dpi,
+        }
         return snap
 
 
 def _worker_json(w) -> dict:
-    return {"id": w.id, "role": w.role.value, "routable": w.routable, "queue": len(w.queue),
-            "decoding": len(w.decoding), "held": len(w.held), "pulls": len(w.pulls),
-            "kv_blocks_used": w.kv_blocks_used, "kv_blocks_total": w.kv_blocks_total,
-            "step_time_ewma_s": w.step_time_ewma_s, "steps": w.steps, "preemptions": w.preemptions}
+    return {
+        "id": w.id,
+        "role": w.role.value,
+        "routable": w.routable,
+        "queue": len(w.queue),
+        "decoding": len(w.decoding),
+        "held": len(w.held),
+        "pulls": len(w.pulls),
+        "kv_blocks_used": w.kv_blocks_used,
+        "kv_blocks_total": w.kv_blocks_total,
+        "step_time_ewma_s": w.step_time_ewma_s,
+        "steps": w.steps,
+        "preemptions": w.preemptions,
+    }
 
 
 def _transition_json(t) -> dict:
-    return {"worker": t.worker, "from": t.src_role.value, "to": t.dst_role.value, "reason": t.reason,
-            "began_s": t.began_s, "phase": t.phase, "done": t.done, "durations_s": t.durations(),
-            "total_s": t.total_s if t.done else None}
+    return {
+        "worker": t.worker,
+        "from": t.src_role.value,
+        "to": t.dst_role.value,
+        "reason": t.reason,
+        "began_s": t.began_s,
+        "phase": t.phase,
+        "done": t.done,
+        "durations_s": t.durations(),
+        "total_s": t.total_s if t.done else None,
+    }

@@ -1,4 +1,5 @@
 """Completing the `concurrent.futures.Future`s that worker backends hand out."""
+
 from __future__ import annotations
 
 from concurrent.futures import Future, InvalidStateError

@@ -5,6 +5,7 @@ For fast tests and single-process serving. Several in-process workers can share 
 are passed by reference (nothing is pickled): do not mutate a plan after submitting it.
 KV moves between in-process workers with the "local" transport (the payload itself) by default.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,9 +27,18 @@ _STOP = object()
 
 
 class InProcessWorker:
-    def __init__(self, worker_id: int, config: EngineConfig | None = None, *, model=None, tokenizer=None,
-                 transport: str | KVTransport = "local", warmup: bool = True, num_threads: int | None = None,
-                 close_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        worker_id: int,
+        config: EngineConfig | None = None,
+        *,
+        model=None,
+        tokenizer=None,
+        transport: str | KVTransport = "local",
+        warmup: bool = True,
+        num_threads: int | None = None,
+        close_timeout_s: float = 30.0,
+    ) -> None:
         self.worker_id = worker_id
         self.config = config or EngineConfig()
         self._model, self._tokenizer = model, tokenizer
@@ -56,8 +66,7 @@ class InProcessWorker:
                 raise WorkerClosedError(f"worker {self.worker_id} is closed")
             if self._thread is not None:
                 raise RuntimeError(f"worker {self.worker_id} already started")
-            self._thread = threading.Thread(target=self._loop, name=f"fluidpd-worker-{self.worker_id}",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._loop, name=f"fluidpd-worker-{self.worker_id}", daemon=True)
             self._thread.start()
         t0 = time.perf_counter()
         f: Future = Future()
@@ -68,16 +77,16 @@ class InProcessWorker:
             self.close()
             raise
         times = f.result()
-        self.info = start_info(self.worker_id, self.service.engine, times, 0.0, time.perf_counter() - t0,
-                               self.service.transport.name)
+        self.info = start_info(
+            self.worker_id, self.service.engine, times, 0.0, time.perf_counter() - t0, self.service.transport.name
+        )
         self.info.pid = os.getpid()
         return self.info
 
     def _build(self) -> dict[str, float]:
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)
-        engine, times = build_engine(self.config, model=self._model, tokenizer=self._tokenizer,
-                                     do_warmup=self.warmup)
+        engine, times = build_engine(self.config, model=self._model, tokenizer=self._tokenizer, do_warmup=self.warmup)
         self.service = EngineService(self.worker_id, engine, self.transport)
         self._model = self._tokenizer = None
         return times
@@ -133,7 +142,7 @@ class InProcessWorker:
             self._fail_queued()
             self.service = None
 
-    def __enter__(self) -> "InProcessWorker":
+    def __enter__(self) -> InProcessWorker:
         return self
 
     def __exit__(self, *exc: Any) -> None:

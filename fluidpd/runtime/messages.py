@@ -10,6 +10,7 @@ the worker's traceback attached as a note) when it pickles; otherwise as a `Remo
 the original type. A worker that dies fails its calls with `WorkerDiedError`; a closed worker
 fails them with `WorkerClosedError` (both RuntimeErrors).
 """
+
 from __future__ import annotations
 
 import pickle
@@ -62,8 +63,8 @@ class Call:
 class Reply:
     call_id: int
     ok: bool
-    value: Any = None                    # the method's return value when ok
-    error: BaseException | None = None   # the exception (or a RemoteError) when not ok
+    value: Any = None  # the method's return value when ok
+    error: BaseException | None = None  # the exception (or a RemoteError) when not ok
 
 
 @dataclass(slots=True)
@@ -87,9 +88,9 @@ class StartInfo:
     engine_build_s: float
     warmup_s: float
     total_s: float
-    stats: Any                            # fluidpd.engine.engine.EngineStats
+    stats: Any  # fluidpd.engine.engine.EngineStats
     max_model_len: int
-    kv_layout: Any                        # fluidpd.engine.kv_transfer.KVLayout
+    kv_layout: Any  # fluidpd.engine.kv_transfer.KVLayout
     vocab_size: int = 0
     model: str = ""
     load_format: str = ""

@@ -11,6 +11,7 @@ submission order. If the child dies, every pending future and every later one fa
 /dev/shm) once, so that later worker processes start from it instead of parsing the GGUF again
 (the "warm restart" of the seed's Table 2).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -26,23 +27,48 @@ from typing import Any
 
 from fluidpd.engine.config import EngineConfig
 from fluidpd.runtime.futures import failed_future, resolve_future
-from fluidpd.runtime.messages import (METHODS, Call, Reply, Shutdown, StartFailed, Started, StartInfo,
-                                      WorkerClosedError, WorkerDiedError, WorkerStartError, decode, encode)
+from fluidpd.runtime.messages import (
+    METHODS,
+    Call,
+    Reply,
+    Shutdown,
+    Started,
+    StartFailed,
+    StartInfo,
+    WorkerClosedError,
+    WorkerDiedError,
+    WorkerStartError,
+    decode,
+    encode,
+)
 from fluidpd.runtime.worker_main import run_worker
 
 _STOP = object()
 
 
 class ProcessWorker:
-    def __init__(self, worker_id: int, config: EngineConfig | None = None, *, transport: str = "shm",
-                 kv_pool_bytes: int = 0, warmup: bool = True, num_threads: int = 1,
-                 start_timeout_s: float = 600.0, close_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        worker_id: int,
+        config: EngineConfig | None = None,
+        *,
+        transport: str = "shm",
+        kv_pool_bytes: int = 0,
+        warmup: bool = True,
+        num_threads: int = 1,
+        start_timeout_s: float = 600.0,
+        close_timeout_s: float = 30.0,
+    ) -> None:
         """`kv_pool_bytes` > 0: this worker exports KV through a pool of reused shared-memory
         segments of at most that many bytes (see SharedMemoryTransport); 0: a fresh segment each."""
         self.worker_id = worker_id
         self.config = config or EngineConfig()
-        self.options = {"transport": transport, "kv_pool_bytes": kv_pool_bytes, "warmup": warmup,
-                        "num_threads": num_threads}
+        self.options = {
+            "transport": transport,
+            "kv_pool_bytes": kv_pool_bytes,
+            "warmup": warmup,
+            "num_threads": num_threads,
+        }
         self.start_timeout_s, self.close_timeout_s = start_timeout_s, close_timeout_s
         self.info: StartInfo | None = None
         self.process: mp.process.BaseProcess | None = None
@@ -53,7 +79,7 @@ class ProcessWorker:
         self._outbox: queue.Queue = queue.Queue()
         self._sender: threading.Thread | None = None
         self._reader: threading.Thread | None = None
-        self._dead: BaseException | None = None     # set once: why calls now fail
+        self._dead: BaseException | None = None  # set once: why calls now fail
         self._closed = False
 
     # ------------------------------------------------------------------ state
@@ -76,8 +102,12 @@ class ProcessWorker:
             parent, child = ctx.Pipe(duplex=True)
             t0 = time.perf_counter()
             opts = dict(self.options, spawn_time=time.time())
-            self.process = ctx.Process(target=run_worker, args=(child, self.worker_id, self.config, opts),
-                                       name=f"fluidpd-worker-{self.worker_id}", daemon=True)
+            self.process = ctx.Process(
+                target=run_worker,
+                args=(child, self.worker_id, self.config, opts),
+                name=f"fluidpd-worker-{self.worker_id}",
+                daemon=True,
+            )
             self.process.start()
             child.close()
             self._conn = parent
@@ -109,13 +139,15 @@ class ProcessWorker:
                 except (EOFError, OSError):
                     pass
                 self.process.join(1.0)
-                raise WorkerStartError(f"worker {self.worker_id} exited while starting "
-                                       f"(exitcode {self.process.exitcode})")
+                raise WorkerStartError(
+                    f"worker {self.worker_id} exited while starting (exitcode {self.process.exitcode})"
+                )
             if not self.process.is_alive():
                 if self._conn.poll(0):
                     continue
-                raise WorkerStartError(f"worker {self.worker_id} exited while starting "
-                                       f"(exitcode {self.process.exitcode})")
+                raise WorkerStartError(
+                    f"worker {self.worker_id} exited while starting (exitcode {self.process.exitcode})"
+                )
             if time.perf_counter() - t0 > self.start_timeout_s:
                 raise WorkerStartError(f"worker {self.worker_id} did not start within {self.start_timeout_s:g} s")
 
@@ -174,7 +206,7 @@ class ProcessWorker:
     def _mark_dead(self) -> None:
         """The pipe is gone: fail what is pending (and, unless closed on purpose, all later calls)."""
         if self.process is not None:
-            self.process.join(1.0)          # so the exit code is known
+            self.process.join(1.0)  # so the exit code is known
         with self._lock:
             if self._closed:
                 err: BaseException = WorkerClosedError(f"worker {self.worker_id} closed before the call returned")
@@ -187,7 +219,9 @@ class ProcessWorker:
 
     def _died_error(self) -> WorkerDiedError:
         code = None if self.process is None else self.process.exitcode
-        how = "exit code unknown" if code is None else (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
+        how = (
+            "exit code unknown" if code is None else (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
+        )
         return WorkerDiedError(f"worker {self.worker_id} (pid {self.pid}) died ({how}); its calls cannot complete")
 
     def _fail_pending(self, exc: BaseException, one: bool = False) -> None:
@@ -213,7 +247,7 @@ class ProcessWorker:
         proc = self.process
         if proc is not None:
             if running and self._sender is None and self._conn is not None:
-                try:                     # closing during start: no sender thread yet
+                try:  # closing during start: no sender thread yet
                     self._conn.send_bytes(encode(Shutdown()))
                 except (OSError, EOFError, ValueError):
                     pass
@@ -232,7 +266,7 @@ class ProcessWorker:
             self._conn.close()
         self._fail_pending(WorkerClosedError(f"worker {self.worker_id} closed before the call returned"))
 
-    def __enter__(self) -> "ProcessWorker":
+    def __enter__(self) -> ProcessWorker:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -243,6 +277,7 @@ class ProcessWorker:
 
 
 # ---------------------------------------------------------------------- warm-start weights
+
 
 def stage_weights(config: EngineConfig, path: str, checkpoint=None) -> EngineConfig:
     """Write `config`'s model as a Hugging Face style directory at `path` (config.json,
@@ -255,8 +290,9 @@ def stage_weights(config: EngineConfig, path: str, checkpoint=None) -> EngineCon
 
     from fluidpd.engine.loaders import load_checkpoint
 
-    ckpt = checkpoint or load_checkpoint(config.model, config.load_format, config.torch_dtype,
-                                         config.seed, config.model_overrides)
+    ckpt = checkpoint or load_checkpoint(
+        config.model, config.load_format, config.torch_dtype, config.seed, config.model_overrides
+    )
     if ckpt.rope_freqs is not None:
         raise ValueError("stage_weights: checkpoints with a rope_freqs tensor (llama3 GGUF) are not supported")
     os.makedirs(path, exist_ok=True)
@@ -269,7 +305,7 @@ def stage_weights(config: EngineConfig, path: str, checkpoint=None) -> EngineCon
     tokenizer = config.tokenizer
     if tokenizer is None:
         if ckpt.tokenizer is not None:
-            _save_tokenizer(ckpt.tokenizer, path)          # found by the safetensors loader
+            _save_tokenizer(ckpt.tokenizer, path)  # found by the safetensors loader
         elif ckpt.tokenizer_source:
             tokenizer = ckpt.tokenizer_source
     return replace(config, model=path, load_format="safetensors", tokenizer=tokenizer)
@@ -279,15 +315,19 @@ def _save_tokenizer(tok, path: str) -> None:
     """tokenizer.json (+ config) that `Tokenizer.from_pretrained_dir` reads back identically."""
     tk = tok.tk
     bos = tok.token_str(tok.bos_token_id) if tok.bos_token_id is not None else None
-    if tok.add_bos and bos is not None:      # the pretrained-dir reader relies on the post-processor
+    if tok.add_bos and bos is not None:  # the pretrained-dir reader relies on the post-processor
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers import processors
 
         tk = HFTokenizer.from_str(tk.to_str())
         tk.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.bos_token_id)])
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.bos_token_id)]
+        )
     tk.save(os.path.join(path, "tokenizer.json"))
-    cfg = {"bos_token": bos, "chat_template": tok.chat_template,
-           "eos_token": tok.token_str(tok.eos_token_ids[0]) if tok.eos_token_ids else None}
+    cfg = {
+        "bos_token": bos,
+        "chat_template": tok.chat_template,
+        "eos_token": tok.token_str(tok.eos_token_ids[0]) if tok.eos_token_ids else None,
+    }
     with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
         json.dump(cfg, f)

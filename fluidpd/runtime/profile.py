@@ -1,4 +1,5 @@
 """Cost models fitted on the real engine: f_P(s), the fused-chunk time, and L_m."""
+
 from __future__ import annotations
 
 import time
@@ -11,12 +12,12 @@ from fluidpd.core.polynomial import Polynomial
 class EngineProfile:
     """Measured step times of one engine and the fits the control plane uses."""
 
-    prefill_points: tuple[tuple[int, float], ...]   # (prompt tokens, seconds)
-    chunk_points: tuple[tuple[int, float], ...]     # (chunk tokens, seconds over a 1-request decode step)
+    prefill_points: tuple[tuple[int, float], ...]  # (prompt tokens, seconds)
+    chunk_points: tuple[tuple[int, float], ...]  # (chunk tokens, seconds over a 1-request decode step)
     decode_step_s: float
     prefill_time: Polynomial
     chunk_time: Polynomial
-    prefill_batch_tokens: int                       # L_m
+    prefill_batch_tokens: int  # L_m
 
 
 def _median(xs: list[float]) -> float:

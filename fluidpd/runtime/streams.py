@@ -1,4 +1,5 @@
 """Per-request token streams between the runtime (loop thread) and the front end."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,7 @@ class Stream:
     """Async iterator of one request's TokenEvents; ends after the event with a finish_reason."""
 
     request_id: str
-    _abort: object = None                      # callable(stream) installed by the runtime
+    _abort: object = None  # callable(stream) installed by the runtime
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     done: bool = False
 

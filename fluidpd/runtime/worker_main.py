@@ -5,6 +5,7 @@ thread, the process backend in the child). `run_worker` is the child's main loop
 engine (weights loaded here, in the child), report `StartInfo`, then answer `Call`s strictly in
 arrival order until `Shutdown` or until the parent goes away.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,18 @@ from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.engine import LLMEngine, load_model
 from fluidpd.engine.plan import PrefillChunk, StepPlan
 from fluidpd.engine.sampling import SamplingParams
-from fluidpd.runtime.messages import (METHODS, Call, Reply, Shutdown, StartFailed, Started, StartInfo,
-                                      decode, encode, portable_error)
+from fluidpd.runtime.messages import (
+    METHODS,
+    Call,
+    Reply,
+    Shutdown,
+    Started,
+    StartFailed,
+    StartInfo,
+    decode,
+    encode,
+    portable_error,
+)
 from fluidpd.runtime.transport import configure_transport, get_transport
 from fluidpd.runtime.transport.base import KVHandle, KVTransport
 
@@ -39,8 +50,7 @@ class EngineService:
         return getattr(self, method)(*args, **(kwargs or {}))
 
     # ------------------------------------------------------------------ methods
-    def add_request(self, request_id: str, prompt_token_ids: list[int],
-                    params: SamplingParams | None = None) -> str:
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None) -> str:
         return self.engine.add_request(list(prompt_token_ids), params, request_id)
 
     def run_step(self, plan: StepPlan):
@@ -65,8 +75,7 @@ class EngineService:
         handle.timings["export_s"] = t1 - t0
         return handle
 
-    def import_kv(self, handle: KVHandle, params: SamplingParams | None = None,
-                  request_id: str | None = None) -> str:
+    def import_kv(self, handle: KVHandle, params: SamplingParams | None = None, request_id: str | None = None) -> str:
         """Continue the request behind `handle` here; its id. The handle is released either way."""
         transport = get_transport(handle.transport)
         try:
@@ -74,7 +83,7 @@ class EngineService:
             try:
                 return self.engine.import_kv(payload, params, request_id)
             finally:
-                payload.blocks = None       # drop the view of the segment before releasing it
+                payload.blocks = None  # drop the view of the segment before releasing it
                 del payload
         finally:
             transport.release(handle)
@@ -96,8 +105,9 @@ def warmup(engine: LLMEngine) -> float:
     t0 = time.perf_counter()
     vocab = engine.model_config.vocab_size
     n = max(1, min(8, engine.max_model_len - 2))
-    rid = engine.add_request([1 + i % (vocab - 1) for i in range(n)],
-                             SamplingParams(max_tokens=2, ignore_eos=True), WARMUP_ID)
+    rid = engine.add_request(
+        [1 + i % (vocab - 1) for i in range(n)], SamplingParams(max_tokens=2, ignore_eos=True), WARMUP_ID
+    )
     try:
         engine.run_step(StepPlan(prefills=[PrefillChunk(rid, n)]))
         if rid in engine.seqs:
@@ -107,8 +117,9 @@ def warmup(engine: LLMEngine) -> float:
     return time.perf_counter() - t0
 
 
-def build_engine(config: EngineConfig, *, model=None, tokenizer=None,
-                 do_warmup: bool = True) -> tuple[LLMEngine, dict[str, float]]:
+def build_engine(
+    config: EngineConfig, *, model=None, tokenizer=None, do_warmup: bool = True
+) -> tuple[LLMEngine, dict[str, float]]:
     """The engine and its start timings (weight_load_s, engine_build_s, warmup_s)."""
     t0 = time.perf_counter()
     if model is None:
@@ -121,13 +132,25 @@ def build_engine(config: EngineConfig, *, model=None, tokenizer=None,
     return engine, {"weight_load_s": t1 - t0, "engine_build_s": t2 - t1, "warmup_s": w}
 
 
-def start_info(worker_id: int, engine: LLMEngine, times: dict[str, float], process_start_s: float,
-               total_s: float, transport: str) -> StartInfo:
+def start_info(
+    worker_id: int, engine: LLMEngine, times: dict[str, float], process_start_s: float, total_s: float, transport: str
+) -> StartInfo:
     c = engine.config
-    return StartInfo(worker_id=worker_id, pid=os.getpid(), process_start_s=process_start_s,
-                     total_s=total_s, stats=engine.stats(), max_model_len=engine.max_model_len,
-                     kv_layout=engine.kv_layout, vocab_size=engine.model_config.vocab_size, model=c.model, load_format=c.load_format,
-                     device=str(c.device), transport=transport, **times)
+    return StartInfo(
+        worker_id=worker_id,
+        pid=os.getpid(),
+        process_start_s=process_start_s,
+        total_s=total_s,
+        stats=engine.stats(),
+        max_model_len=engine.max_model_len,
+        kv_layout=engine.kv_layout,
+        vocab_size=engine.model_config.vocab_size,
+        model=c.model,
+        load_format=c.load_format,
+        device=str(c.device),
+        transport=transport,
+        **times,
+    )
 
 
 def _terminate(signum, frame) -> None:
@@ -157,11 +180,12 @@ def run_worker(conn, worker_id: int, config: EngineConfig, options: dict) -> Non
     try:
         process_start_s = max(0.0, entered - options.get("spawn_time", entered))
         total = process_start_s + (time.perf_counter() - t0)
-        conn.send_bytes(encode(Started(start_info(worker_id, engine, times, process_start_s, total,
-                                                  service.transport.name))))
+        conn.send_bytes(
+            encode(Started(start_info(worker_id, engine, times, process_start_s, total, service.transport.name)))
+        )
         _serve(conn, service, f"worker {worker_id} (pid {os.getpid()})")
     finally:
-        service.transport.close()        # unlink this worker's pooled KV segments
+        service.transport.close()  # unlink this worker's pooled KV segments
         conn.close()
 
 
@@ -169,7 +193,7 @@ def _serve(conn, service: EngineService, where: str) -> None:
     while True:
         try:
             msg = decode(conn.recv_bytes())
-        except (EOFError, OSError):      # the parent went away
+        except (EOFError, OSError):  # the parent went away
             return
         if isinstance(msg, Shutdown):
             return

@@ -5,6 +5,7 @@
 
 Names are imported on use, so `fluidpd.server.config` (the CLI's flags) needs no FastAPI.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,10 +1,11 @@
 """The OpenAI-compatible HTTP front end over any ServingRuntime (FastAPI).
 
-    routes/openai.py   /v1/completions, /v1/chat/completions (SSE or JSON; n=1), /v1/models
-    routes/tokens.py   /tokenize, /detokenize
-    routes/admin.py    /v1/admin/cluster, POST /v1/admin/workers/{id}/role
-    routes/ops.py      /health, /metrics
+routes/openai.py   /v1/completions, /v1/chat/completions (SSE or JSON; n=1), /v1/models
+routes/tokens.py   /tokenize, /detokenize
+routes/admin.py    /v1/admin/cluster, POST /v1/admin/workers/{id}/role
+routes/ops.py      /health, /metrics
 """
+
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
@@ -29,8 +30,9 @@ def build_app(runtime, *, manage_runtime: bool = True) -> FastAPI:
             if manage_runtime:
                 await runtime.stop()
 
-    app = FastAPI(title="FluidPD", description="OpenAI-compatible serving with prefill/decode elasticity",
-                  lifespan=lifespan)
+    app = FastAPI(
+        title="FluidPD", description="OpenAI-compatible serving with prefill/decode elasticity", lifespan=lifespan
+    )
     app.state.server = ServerState(runtime)
     add_error_handlers(app)
     for module in (openai, tokens, admin, ops):

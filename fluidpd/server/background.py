@@ -1,4 +1,5 @@
 """BackgroundServer: uvicorn on a daemon thread, for tests and notebooks."""
+
 from __future__ import annotations
 
 import threading
@@ -10,8 +11,8 @@ import uvicorn
 class BackgroundServer:
     """uvicorn serving `app` on a daemon thread (tests, notebooks):
 
-        with BackgroundServer(build_app(runtime)) as srv:
-            openai.OpenAI(base_url=srv.url + "/v1", api_key="-")
+    with BackgroundServer(build_app(runtime)) as srv:
+        openai.OpenAI(base_url=srv.url + "/v1", api_key="-")
     """
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
@@ -24,9 +25,15 @@ class BackgroundServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def start(self, timeout_s: float = 300.0) -> "BackgroundServer":
-        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level=self.log_level,
-                                lifespan="on", timeout_graceful_shutdown=5)
+    def start(self, timeout_s: float = 300.0) -> BackgroundServer:
+        config = uvicorn.Config(
+            self.app,
+            host=self.host,
+            port=self.port,
+            log_level=self.log_level,
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="fluidpd-http", daemon=True)
         self.thread.start()
@@ -47,7 +54,7 @@ class BackgroundServer:
             self.thread.join(30)
         self.server = self.thread = None
 
-    def __enter__(self) -> "BackgroundServer":
+    def __enter__(self) -> BackgroundServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

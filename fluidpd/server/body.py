@@ -1,8 +1,9 @@
 """Request bodies: JSON whatever the Content-Type (as curl -d sends), valid Unicode, then the pydantic model.
 
-    @router.post("/v1/completions")
-    async def completions(body: CompletionRequest = json_body(CompletionRequest)): ...
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest = json_body(CompletionRequest)): ...
 """
+
 from __future__ import annotations
 
 import json
@@ -37,16 +38,18 @@ def parse_json(raw: bytes) -> dict:
         data = json.loads(raw, parse_constant=_no_constant)
     except UnicodeDecodeError:
         raise bad_request("the request body is not UTF-8 text: send a JSON object") from None
-    except ValueError as exc:     # json.JSONDecodeError, or NaN / Infinity (not JSON)
+    except ValueError as exc:  # json.JSONDecodeError, or NaN / Infinity (not JSON)
         raise bad_request(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise bad_request("the request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise bad_request(f"the request body must be a JSON object, got a JSON {type(data).__name__}")
-    bad = lone_surrogate(data)         # never the root: that is an object
+    bad = lone_surrogate(data)  # never the root: that is an object
     if bad is not None:
-        raise bad_request(f"{dotted(bad)} is not valid Unicode: it holds a lone surrogate (an unpaired "
-                          f"\\uD800-\\uDFFF escape)", str(bad[0]))
+        raise bad_request(
+            f"{dotted(bad)} is not valid Unicode: it holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape)",
+            str(bad[0]),
+        )
     return data
 
 
@@ -61,17 +64,17 @@ def lone_surrogate(data) -> tuple | None:
         elif isinstance(value, dict):
             for k in value:
                 if not _encodable(k):
-                    return loc + (k.encode("utf-8", "backslashreplace").decode("utf-8"),)
-            todo.extend((loc + (k,), v) for k, v in reversed(value.items()))
+                    return (*loc, k.encode("utf-8", "backslashreplace").decode("utf-8"))
+            todo.extend(((*loc, k), v) for k, v in reversed(value.items()))
         elif isinstance(value, list):
-            todo.extend((loc + (i,), v) for i, v in reversed(list(enumerate(value))))
+            todo.extend(((*loc, i), v) for i, v in reversed(list(enumerate(value))))
     return None
 
 
 def _encodable(text: str) -> bool:
     try:
         text.encode("utf-8")
-    except UnicodeEncodeError:     # json.loads keeps an unpaired "\ud800" as a surrogate code point
+    except UnicodeEncodeError:  # json.loads keeps an unpaired "\ud800" as a surrogate code point
         return False
     return True
 

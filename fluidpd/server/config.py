@@ -1,4 +1,5 @@
 """How the HTTP front end listens and what model name it serves."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,8 +15,9 @@ class ServeConfig:
 
     host: str = knob("127.0.0.1", "bind address")
     port: int = knob(8000, "port (0: any free port)")
-    served_model_name: str | None = knob(None, "the model name clients send and /v1/models lists "
-                                              "(default: what --model was given)")
+    served_model_name: str | None = knob(
+        None, "the model name clients send and /v1/models lists (default: what --model was given)"
+    )
     log_level: str = knob("info", "uvicorn log level", choices=LOG_LEVELS)
 
     def __post_init__(self) -> None:

@@ -1,7 +1,8 @@
 """Incremental detokenization: the output text of one request as its tokens arrive."""
+
 from __future__ import annotations
 
-CONTEXT_TOKENS = 5        # prompt tokens decoded ahead of the output (for the right leading space)
+CONTEXT_TOKENS = 5  # prompt tokens decoded ahead of the output (for the right leading space)
 
 
 class IncrementalDetokenizer:
@@ -11,8 +12,9 @@ class IncrementalDetokenizer:
     leading space. Text is held back while it ends in an incomplete UTF-8 sequence (U+FFFD) and
     while it ends in a prefix of a stop string; at a stop the text is cut at the stop string."""
 
-    def __init__(self, tokenizer, prompt_ids: list[int], stop: tuple[str, ...] = (),
-                 include_stop: bool = False) -> None:
+    def __init__(
+        self, tokenizer, prompt_ids: list[int], stop: tuple[str, ...] = (), include_stop: bool = False
+    ) -> None:
         self.tok = tokenizer
         ctx = list(prompt_ids[-CONTEXT_TOKENS:])
         self.ids = ctx
@@ -24,12 +26,12 @@ class IncrementalDetokenizer:
     def _advance(self, force: bool = False) -> None:
         if self.read == len(self.ids):
             return
-        full = self.tok.decode(self.ids[self.prefix:])
+        full = self.tok.decode(self.ids[self.prefix :])
         if full.endswith("\ufffd") and not force:
             return
-        head = self.tok.decode(self.ids[self.prefix:self.read])
+        head = self.tok.decode(self.ids[self.prefix : self.read])
         if len(full) > len(head):
-            self.text += full[len(head):]
+            self.text += full[len(head) :]
         self.prefix, self.read = self.read, len(self.ids)
 
     def _safe_len(self) -> int:
@@ -50,7 +52,7 @@ class IncrementalDetokenizer:
             self.ids.extend(token_ids)
             self._advance()
         safe = self._safe_len()
-        delta, self.sent = self.text[self.sent:safe], safe
+        delta, self.sent = self.text[self.sent : safe], safe
         return delta
 
     def finish(self, reason: str | None) -> str:
@@ -61,12 +63,12 @@ class IncrementalDetokenizer:
             hits = [(final.find(s), s) for s in self.stop if s in final]
             if hits:
                 i, s = min(hits)
-                final = final[:i + (len(s) if self.include_stop else 0)]
+                final = final[: i + (len(s) if self.include_stop else 0)]
         self.text = final
-        delta = final[self.sent:]
+        delta = final[self.sent :]
         self.sent = max(self.sent, len(final))
         return delta
 
     @property
     def output_text(self) -> str:
-        return self.text[:self.sent]
+        return self.text[: self.sent]

@@ -1,4 +1,5 @@
 """OpenAI-style error bodies and the app's exception handlers."""
+
 from __future__ import annotations
 
 import logging
@@ -14,8 +15,14 @@ log = logging.getLogger("fluidpd.server")
 class APIError(Exception):
     """An error answered with OpenAI's body: {"error": {"message", "type", "param", "code"}}."""
 
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | int | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | int | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param = status, message, type, param
         self.code = code if code is not None else status
@@ -27,8 +34,9 @@ class APIError(Exception):
         return JSONResponse(self.body(), status_code=self.status)
 
 
-def error_body(message: str, type: str = "invalid_request_error", param: str | None = None,
-               code: str | int | None = None) -> dict:
+def error_body(
+    message: str, type: str = "invalid_request_error", param: str | None = None, code: str | int | None = None
+) -> dict:
     # a message may quote client text: keep it encodable whatever the client sent
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return {"error": {"message": message, "type": type, "param": param, "code": code}}

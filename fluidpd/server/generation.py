@@ -3,13 +3,15 @@
 Every accepted request is finished exactly once in the metrics; a client that goes away (or a
 cancelled handler) aborts the request in the runtime.
 """
+
 from __future__ import annotations
 
 import asyncio
 import json
 import time
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -32,13 +34,23 @@ async def generate(state: ServerState, chat: bool, body, raw: Request, ids: list
         raise bad_request(str(exc), "messages" if chat else "prompt") from None
     timer = state.metrics.request(t0, len(ids))
     out = ChoiceOutput(state.tokenizer, ids, params, chat)
-    reply = _Reply(rid, int(time.time()), state.model_name, chat, out, timer,
-                   include_usage=bool(body.stream_options and body.stream_options.include_usage),
-                   per_token=bool(body.return_token_ids) or params.logprobs is not None,
-                   return_token_ids=bool(body.return_token_ids))
+    reply = _Reply(
+        rid,
+        int(time.time()),
+        state.model_name,
+        chat,
+        out,
+        timer,
+        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        per_token=bool(body.return_token_ids) or params.logprobs is not None,
+        return_token_ids=bool(body.return_token_ids),
+    )
     if body.stream:
-        return StreamingResponse(_sse(stream, reply), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _sse(stream, reply),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     return await _whole(stream, reply, raw)
 
 
@@ -70,23 +82,41 @@ class _Reply:
 
     def usage_chunk(self) -> str:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
-        return _sse_line({"id": self.rid, "object": obj, "created": self.created, "model": self.model,
-                          "choices": [], "usage": self.out.usage()})
+        return _sse_line(
+            {
+                "id": self.rid,
+                "object": obj,
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": self.out.usage(),
+            }
+        )
 
     def final(self, finish: str, logprobs: list) -> dict:
         text = self.out.detok.output_text
         lp = self.out.logprobs(logprobs) if logprobs is not None else None
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": lp,
-                      "finish_reason": finish}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": lp,
+                "finish_reason": finish,
+            }
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": finish}
             obj = "text_completion"
         if self.return_token_ids:
             choice["token_ids"] = list(self.out.token_ids)
-        return {"id": self.rid, "object": obj, "created": self.created, "model": self.model,
-                "choices": [choice], "usage": self.out.usage()}
+        return {
+            "id": self.rid,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": self.out.usage(),
+        }
 
 
 def _sse_line(obj: dict) -> str:
@@ -103,7 +133,7 @@ def _abort_detached(stream) -> None:
     """Abort in the runtime without awaiting here (we may be inside a cancelled task)."""
     try:
         task = asyncio.ensure_future(stream.abort())
-    except RuntimeError:   # no running loop any more
+    except RuntimeError:  # no running loop any more
         return
     _background.add(task)
     task.add_done_callback(_background.discard)
@@ -131,16 +161,19 @@ async def _sse(stream, reply: _Reply) -> AsyncIterator[str]:
                 done = True
                 reply.timer.finish(reason, now)
         else:
-            if not done:     # the stream ended without a finish event: a runtime bug, shown as one
+            if not done:  # the stream ended without a finish event: a runtime bug, shown as one
                 done = True
                 reply.timer.finish("error", time.perf_counter())
-                yield _sse_line(error_body("the runtime ended the stream without finishing the request",
-                                           "internal_server_error", code=500))
+                yield _sse_line(
+                    error_body(
+                        "the runtime ended the stream without finishing the request", "internal_server_error", code=500
+                    )
+                )
         if reply.include_usage:
             yield reply.usage_chunk()
         yield "data: [DONE]\n\n"
     finally:
-        if not done:          # client went away (or we were cancelled): stop the work
+        if not done:  # client went away (or we were cancelled): stop the work
             reply.timer.finish("abort", time.perf_counter())
             _abort_detached(stream)
 
@@ -174,7 +207,7 @@ async def _whole(stream, reply: _Reply, raw: Request) -> JSONResponse:
     try:
         await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        if not work.done():   # client disconnected, or this handler was cancelled
+        if not work.done():  # client disconnected, or this handler was cancelled
             work.cancel()
             reply.timer.finish("abort", time.perf_counter())
             _abort_detached(stream)

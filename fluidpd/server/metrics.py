@@ -20,6 +20,7 @@ The snapshot contract (every key optional; a missing one is not exported):
      "workers": [{"id": int, "role": "prefill" | "decode" | "colocated" | ..., "kv_cache_usage_perc": float}]}
 or, instead of "workers", the dict form {"kv_cache_usage": {id: fraction}, "worker_role": {id: role}}.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,12 +32,76 @@ log = logging.getLogger("fluidpd.server.metrics")
 
 NS = "fluidpd:"
 ROLES = ("prefill", "decode", "colocated")
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-               240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class _RuntimeCollector:
@@ -46,7 +111,7 @@ class _RuntimeCollector:
         self.runtime, self.model = runtime, model_name
 
     def describe(self):
-        return []   # no scrape at registration time
+        return []  # no scrape at registration time
 
     def collect(self):
         try:
@@ -55,19 +120,27 @@ class _RuntimeCollector:
             log.exception("metrics_snapshot failed")
             snap = {}
         m = self.model
-        for key, doc in (("num_requests_running", "Requests holding KV and being computed."),
-                         ("num_requests_waiting", "Requests queued, not yet running."),
-                         ("prefill_pressure_index", "FluidPD prefill pressure index (PPI)."),
-                         ("decode_pressure_index", "FluidPD decode pressure index (DPI).")):
+        for key, doc in (
+            ("num_requests_running", "Requests holding KV and being computed."),
+            ("num_requests_waiting", "Requests queued, not yet running."),
+            ("prefill_pressure_index", "FluidPD prefill pressure index (PPI)."),
+            ("decode_pressure_index", "FluidPD decode pressure index (DPI)."),
+        ):
             if key in snap and snap[key] is not None:
                 g = GaugeMetricFamily(NS + key, doc, labels=["model_name"])
                 g.add_metric([m], float(snap[key]))
                 yield g
         workers = _workers(snap)
-        kv = GaugeMetricFamily(NS + "kv_cache_usage_perc", "Fraction of the worker's KV blocks in use (0..1).",
-                               labels=["model_name", "worker"])
-        role = GaugeMetricFamily(NS + "worker_role", "1 for the worker's current role, 0 for the others.",
-                                 labels=["model_name", "worker", "role"])
+        kv = GaugeMetricFamily(
+            NS + "kv_cache_usage_perc",
+            "Fraction of the worker's KV blocks in use (0..1).",
+            labels=["model_name", "worker"],
+        )
+        role = GaugeMetricFamily(
+            NS + "worker_role",
+            "1 for the worker's current role, 0 for the others.",
+            labels=["model_name", "worker", "role"],
+        )
         for w in workers:
             wid = str(w.get("id"))
             if w.get("kv_cache_usage_perc") is not None:
@@ -80,8 +153,9 @@ class _RuntimeCollector:
             yield kv
             yield role
         if snap.get("role_transitions_total") is not None:
-            c = CounterMetricFamily(NS + "role_transitions", "Completed worker role transitions.",
-                                    labels=["model_name"])
+            c = CounterMetricFamily(
+                NS + "role_transitions", "Completed worker role transitions.", labels=["model_name"]
+            )
             c.add_metric([m], float(snap["role_transitions_total"]))
             yield c
 
@@ -92,8 +166,10 @@ def _workers(snap: dict) -> list[dict]:
     if snap.get("workers"):
         return list(snap["workers"])
     kv, roles = snap.get("kv_cache_usage") or {}, snap.get("worker_role") or {}
-    return [{"id": wid, "role": roles.get(wid), "kv_cache_usage_perc": kv.get(wid)}
-            for wid in sorted(set(kv) | set(roles), key=str)]
+    return [
+        {"id": wid, "role": roles.get(wid), "kv_cache_usage_perc": kv.get(wid)}
+        for wid in sorted(set(kv) | set(roles), key=str)
+    ]
 
 
 class ServerMetrics:
@@ -103,21 +179,39 @@ class ServerMetrics:
         self.model_name = model_name
         self.registry = reg = CollectorRegistry()
         labels = ["model_name"]
-        self.ttft = Histogram(NS + "time_to_first_token_seconds", "Time to first token (server side).",
-                              labels, buckets=TTFT_BUCKETS, registry=reg).labels(model_name)
-        self.itl = Histogram(NS + "inter_token_latency_seconds", "Gap between streamed tokens (server side).",
-                             labels, buckets=ITL_BUCKETS, registry=reg).labels(model_name)
-        self.e2e = Histogram(NS + "e2e_request_latency_seconds", "Request latency, accepted to last token.",
-                             labels, buckets=E2E_BUCKETS, registry=reg).labels(model_name)
-        self.prompt_tokens = Counter(NS + "prompt_tokens", "Prompt tokens of accepted requests.", labels,
-                                     registry=reg).labels(model_name)
-        self.generation_tokens = Counter(NS + "generation_tokens", "Generated tokens.", labels,
-                                         registry=reg).labels(model_name)
-        self._success = Counter(NS + "request_success", "Finished requests by finish reason.",
-                                ["model_name", "finish_reason"], registry=reg)
+        self.ttft = Histogram(
+            NS + "time_to_first_token_seconds",
+            "Time to first token (server side).",
+            labels,
+            buckets=TTFT_BUCKETS,
+            registry=reg,
+        ).labels(model_name)
+        self.itl = Histogram(
+            NS + "inter_token_latency_seconds",
+            "Gap between streamed tokens (server side).",
+            labels,
+            buckets=ITL_BUCKETS,
+            registry=reg,
+        ).labels(model_name)
+        self.e2e = Histogram(
+            NS + "e2e_request_latency_seconds",
+            "Request latency, accepted to last token.",
+            labels,
+            buckets=E2E_BUCKETS,
+            registry=reg,
+        ).labels(model_name)
+        self.prompt_tokens = Counter(
+            NS + "prompt_tokens", "Prompt tokens of accepted requests.", labels, registry=reg
+        ).labels(model_name)
+        self.generation_tokens = Counter(NS + "generation_tokens", "Generated tokens.", labels, registry=reg).labels(
+            model_name
+        )
+        self._success = Counter(
+            NS + "request_success", "Finished requests by finish reason.", ["model_name", "finish_reason"], registry=reg
+        )
         reg.register(_RuntimeCollector(runtime, model_name))
 
-    def request(self, accepted_s: float, prompt_tokens: int) -> "RequestTimer":
+    def request(self, accepted_s: float, prompt_tokens: int) -> RequestTimer:
         self.prompt_tokens.inc(prompt_tokens)
         return RequestTimer(self, accepted_s)
 

@@ -1,4 +1,5 @@
 """One choice's output as its events arrive: text (detokenized, cut at stops), usage and logprobs."""
+
 from __future__ import annotations
 
 import math
@@ -6,7 +7,7 @@ import math
 from fluidpd.runtime.api import TokenEvent
 from fluidpd.server.detokenizer import IncrementalDetokenizer
 
-MIN_LOGPROB = -9999.0     # JSON has no -inf
+MIN_LOGPROB = -9999.0  # JSON has no -inf
 
 
 class ChoiceOutput:
@@ -46,10 +47,13 @@ class ChoiceOutput:
             content = []
             for lp in lps:
                 piece = self._piece(lp.token_id)
-                top = [{"token": self._piece(t), "logprob": finite(v), "bytes": list(self._piece(t).encode())}
-                       for t, v in sorted(lp.top.items(), key=lambda kv: -kv[1])]
-                content.append({"token": piece, "logprob": finite(lp.logprob), "bytes": list(piece.encode()),
-                                "top_logprobs": top})
+                top = [
+                    {"token": self._piece(t), "logprob": finite(v), "bytes": list(self._piece(t).encode())}
+                    for t, v in sorted(lp.top.items(), key=lambda kv: -kv[1])
+                ]
+                content.append(
+                    {"token": piece, "logprob": finite(lp.logprob), "bytes": list(piece.encode()), "top_logprobs": top}
+                )
             return {"content": content, "refusal": None}
         tokens, token_lps, tops, offsets = [], [], [], []
         for lp in lps:

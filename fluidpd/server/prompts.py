@@ -1,4 +1,5 @@
 """Prompts as token ids: a completion prompt (text or ids), chat messages through the template."""
+
 from __future__ import annotations
 
 from fluidpd.server.errors import bad_request
@@ -25,8 +26,10 @@ def check_token_ids(tokenizer, ids: list[int], param: str) -> list[int]:
     vocab = tokenizer.vocab_size
     bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab), None)
     if bad is not None:
-        raise bad_request(f"{param}[{bad}] = {ids[bad]} is not a token id: the vocabulary has {vocab} tokens "
-                          f"(ids 0 to {vocab - 1})", param)
+        raise bad_request(
+            f"{param}[{bad}] = {ids[bad]} is not a token id: the vocabulary has {vocab} tokens (ids 0 to {vocab - 1})",
+            param,
+        )
     return list(ids)
 
 

@@ -1,4 +1,5 @@
 """OpenAI request bodies (pydantic) and their mapping onto the engine's SamplingParams."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -9,6 +10,7 @@ from fluidpd.engine.sampling import SamplingParamError, SamplingParams
 from fluidpd.server.errors import APIError, bad_request
 
 # ---------------------------------------------------------------------- request bodies
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -22,17 +24,17 @@ class _Sampling(BaseModel):
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
-    top_k: int | None = None                      # vLLM extension
+    top_k: int | None = None  # vLLM extension
     n: int | None = 1
     best_of: int | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None       # vLLM extension
+    stop_token_ids: list[int] | None = None  # vLLM extension
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    ignore_eos: bool | None = False               # vLLM extension
-    include_stop_str_in_output: bool | None = False   # vLLM extension
-    return_token_ids: bool | None = False         # vLLM extension: token ids in every choice
+    ignore_eos: bool | None = False  # vLLM extension
+    include_stop_str_in_output: bool | None = False  # vLLM extension
+    return_token_ids: bool | None = False  # vLLM extension: token ids in every choice
     presence_penalty: float | None = 0.0
     frequency_penalty: float | None = 0.0
     logit_bias: dict[str, float] | None = None
@@ -80,6 +82,7 @@ class RoleRequest(BaseModel):
 
 # ---------------------------------------------------------------------- validation
 
+
 def check_unsupported(req: _Sampling) -> None:
     if req.n not in (None, 1):
         raise bad_request(f"n={req.n} is not supported: only n=1", "n")
@@ -99,17 +102,18 @@ def check_unsupported(req: _Sampling) -> None:
         raise bad_request("tools are not supported", "tools")
 
 
-
-
-def sampling_params(req: _Sampling, prompt_len: int, max_model_len: int,
-                    prompt_param: str) -> SamplingParams:
+def sampling_params(req: _Sampling, prompt_len: int, max_model_len: int, prompt_param: str) -> SamplingParams:
     """SamplingParams for `req` (SamplingParams checks the ranges), or a 400 naming the field the client sent."""
     if prompt_len > max_model_len:
-        raise APIError(400, f"This model's maximum context length is {max_model_len} tokens. However, your "
-                            f"prompt has {prompt_len} tokens. Please reduce the length of the prompt.",
-                       param=prompt_param, code="context_length_exceeded")
+        raise APIError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt has {prompt_len} tokens. Please reduce the length of the prompt.",
+            param=prompt_param,
+            code="context_length_exceeded",
+        )
     chat = isinstance(req, ChatCompletionRequest)
-    sent = {}                                  # SamplingParams field -> the OpenAI field it came from
+    sent = {}  # SamplingParams field -> the OpenAI field it came from
     max_tokens = req.max_tokens
     if chat and req.max_completion_tokens is not None:
         max_tokens, sent["max_tokens"] = req.max_completion_tokens, "max_completion_tokens"
@@ -124,18 +128,29 @@ def sampling_params(req: _Sampling, prompt_len: int, max_model_len: int,
         logprobs = req.logprobs
     try:
         params = SamplingParams(
-            max_tokens=max_tokens, temperature=1.0 if req.temperature is None else req.temperature,
-            top_k=0 if req.top_k is None else req.top_k, top_p=1.0 if req.top_p is None else req.top_p,
-            seed=req.seed, stop=() if req.stop is None else req.stop, stop_token_ids=req.stop_token_ids or (),
-            ignore_eos=bool(req.ignore_eos), include_stop_str_in_output=bool(req.include_stop_str_in_output),
-            logprobs=logprobs)
+            max_tokens=max_tokens,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_k=0 if req.top_k is None else req.top_k,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            seed=req.seed,
+            stop=() if req.stop is None else req.stop,
+            stop_token_ids=req.stop_token_ids or (),
+            ignore_eos=bool(req.ignore_eos),
+            include_stop_str_in_output=bool(req.include_stop_str_in_output),
+            logprobs=logprobs,
+        )
     except SamplingParamError as exc:
         name = sent.get(exc.param, exc.param)
         raise bad_request(f"{name} must be {exc.expected}, got {exc.value!r}", name) from None
     if prompt_len + params.max_tokens > max_model_len:
         mt_param = sent.get("max_tokens", "max_tokens")
-        raise APIError(400, f"This model's maximum context length is {max_model_len} tokens. However, you "
-                            f"requested {prompt_len + params.max_tokens} tokens ({prompt_len} in the prompt, "
-                            f"{params.max_tokens} in the completion). Please reduce the length of the prompt "
-                            f"or completion.", param=mt_param, code="context_length_exceeded")
+        raise APIError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {prompt_len + params.max_tokens} tokens ({prompt_len} in the prompt, "
+            f"{params.max_tokens} in the completion). Please reduce the length of the prompt "
+            f"or completion.",
+            param=mt_param,
+            code="context_length_exceeded",
+        )
     return params

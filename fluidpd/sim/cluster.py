@@ -1,4 +1,5 @@
 """The simulated world: steps cost what the latency model says, KV moves over modelled links."""
+
 from __future__ import annotations
 
 import math
@@ -22,15 +23,32 @@ from fluidpd.world.worker import WorkerState
 class SimCluster(World):
     """A World on a virtual clock, fed by a trace; deterministic for a seed."""
 
-    def __init__(self, trace: Trace, policy: Policy, step_time, kv_bytes_per_token: float,
-                 kv_blocks: int, network: Network, metrics: MetricsCollector, config: SimConfig):
-        super().__init__(policy, kv_bytes_per_token, kv_blocks, metrics, config.n_workers, config.block_size,
-                         config.node_of, EventLoop())
+    def __init__(
+        self,
+        trace: Trace,
+        policy: Policy,
+        step_time,
+        kv_bytes_per_token: float,
+        kv_blocks: int,
+        network: Network,
+        metrics: MetricsCollector,
+        config: SimConfig,
+    ):
+        super().__init__(
+            policy,
+            kv_bytes_per_token,
+            kv_blocks,
+            metrics,
+            config.n_workers,
+            config.block_size,
+            config.node_of,
+            EventLoop(),
+        )
         self.trace, self.config, self.network = trace, config, network
         self.step_time = step_time
         self.prefill_kv_fraction = config.prefill_kv_fraction
         self.rng = np.random.default_rng(config.seed)
-        self._jitter_sigma = math.sqrt(math.log1p(config.step_jitter_cv ** 2))
+        self._jitter_sigma = math.sqrt(math.log1p(config.step_jitter_cv**2))
         self._progress = None
 
     def active(self) -> bool:
@@ -64,7 +82,7 @@ class SimCluster(World):
     def execute(self, w: WorkerState, plan: StepPlan, shape: StepShape) -> None:
         duration = self.step_time(shape)
         if self._jitter_sigma:
-            duration *= float(self.rng.lognormal(-0.5 * self._jitter_sigma ** 2, self._jitter_sigma))
+            duration *= float(self.rng.lognormal(-0.5 * self._jitter_sigma**2, self._jitter_sigma))
         self.loop.at(self.loop.now + duration, EventKind.STEP_END, self._step_done, (w, plan, duration))
 
     def _step_done(self, arg) -> None:

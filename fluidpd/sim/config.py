@@ -1,4 +1,5 @@
 """Simulated cluster configuration."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,16 +16,17 @@ class SimConfig:
     gpus_per_node: int = knob(8, "GPUs per node (KV crosses the NIC between nodes)")
     block_size: int = 16
     gpu_memory_utilization: float = knob(0.95, "share of GPU memory the engine may use (as vLLM)")
-    scratch_fraction: float = 0.02        # of GPU memory kept for activations
-    step_jitter_cv: float = knob(0.0, "step-time noise: coefficient of variation of a log-normal factor",
-                                 flag="--jitter-cv")
+    scratch_fraction: float = 0.02  # of GPU memory kept for activations
+    step_jitter_cv: float = knob(
+        0.0, "step-time noise: coefficient of variation of a log-normal factor", flag="--jitter-cv"
+    )
     seed: int = knob(0, "seed of the trace sampling and step noise")
-    drain_s: float = 1800.0               # time after the last arrival for requests to finish
-    sample_s: float = 1.0                 # timeline sampling period
+    drain_s: float = 1800.0  # time after the last arrival for requests to finish
+    sample_s: float = 1.0  # timeline sampling period
     prefill_kv_fraction: float = knob(1.0, "share of a prefill worker's arena kept for KV (the rest is scratch)")
-    remap_s: float = 0.015                # FluidRole phase 2 (the seed: 10-25 ms)
-    dispatch_s: float = 0.020             # FluidRole phase 3 (the seed: 15-30 ms)
-    route_s: float = 0.002                # FluidRole phase 4 (the seed: sub-5 ms)
+    remap_s: float = 0.015  # FluidRole phase 2 (the seed: 10-25 ms)
+    dispatch_s: float = 0.020  # FluidRole phase 3 (the seed: 15-30 ms)
+    route_s: float = 0.002  # FluidRole phase 4 (the seed: sub-5 ms)
 
     def __post_init__(self) -> None:
         if self.n_workers < 1 or self.tp < 1 or self.gpus_per_node < 1:

@@ -1,11 +1,17 @@
 """Goodput: the highest rate scale whose SLO attainment still meets the target (binary search)."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
-def goodput_rate_scale(attainment_at: Callable[[float], float], target: float = 0.9,
-                       start: float = 1.0, iters: int = 8, max_steps: int = 12) -> float:
+def goodput_rate_scale(
+    attainment_at: Callable[[float], float],
+    target: float = 0.9,
+    start: float = 1.0,
+    iters: int = 8,
+    max_steps: int = 12,
+) -> float:
     """Largest rate scale x with attainment_at(x) >= target, assuming attainment falls with x.
 
     Brackets by doubling or halving from `start`, then bisects `iters` times (geometric mean).

@@ -1,4 +1,5 @@
 """KV transfers between workers over links with bandwidth and a per-class cap."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ class Network:
     """Transfers of one class into one worker are served FIFO at that class's capped rate."""
 
     config: NetworkConfig
-    busy_until: dict = field(default_factory=dict)   # (dst, class) -> time the channel frees
+    busy_until: dict = field(default_factory=dict)  # (dst, class) -> time the channel frees
     bytes_moved: dict = field(default_factory=dict)  # class -> bytes
 
     def bandwidth(self, src_node: int, dst_node: int, cls: str) -> float:

@@ -1,4 +1,5 @@
 """Build a simulated cluster from names and knobs, run a trace through it, report the metrics."""
+
 from __future__ import annotations
 
 import time
@@ -69,8 +70,9 @@ def prefill_saturation_tokens(roofline: RooflineModel, tolerance: float = 0.1, l
     return next(n for n, t in zip(lengths, per_token) if t <= best * (1 + tolerance))
 
 
-def simulate(trace: Trace, policy_name: str, setup: Setup, progress=None, *, keep_requests: bool = False,
-             before_run=None) -> SimResult:
+def simulate(
+    trace: Trace, policy_name: str, setup: Setup, progress=None, *, keep_requests: bool = False, before_run=None
+) -> SimResult:
     """Run `trace` through a simulated cluster under `policy_name`.
 
     keep_requests: keep the finished Request objects in `result.cluster.metrics.finished`;
@@ -83,8 +85,16 @@ def simulate(trace: Trace, policy_name: str, setup: Setup, progress=None, *, kee
     costs = setup.costs(roofline) if POLICIES.get(policy_name).needs_costs else None
     policy = make_policy(policy_name, policy_cfg, setup.fluid, costs)
     metrics = MetricsCollector(setup.slo, finished=[] if keep_requests else None)
-    cluster = SimCluster(trace, policy, roofline.step_time, setup.model.kv_bytes_per_token,
-                         setup.kv_blocks(roofline), setup.network(), metrics, setup.sim)
+    cluster = SimCluster(
+        trace,
+        policy,
+        roofline.step_time,
+        setup.model.kv_bytes_per_token,
+        setup.kv_blocks(roofline),
+        setup.network(),
+        metrics,
+        setup.sim,
+    )
     if before_run:
         before_run(cluster)
     t0 = time.perf_counter()

@@ -38,9 +38,9 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         _check_dtype(self.dtype)
-        if self.kv_dtype is None:
-            object.__setattr__(self, "kv_dtype", self.dtype)
-        _check_dtype(self.kv_dtype, "kv_dtype")
+        kv_dtype = self.dtype if self.kv_dtype is None else self.kv_dtype
+        object.__setattr__(self, "kv_dtype", kv_dtype)
+        _check_dtype(kv_dtype, "kv_dtype")
         for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "intermediate", "vocab", "max_context"):
             if getattr(self, f) <= 0:
                 raise ValueError(f"{f} must be positive")
@@ -85,7 +85,7 @@ class ModelSpec:
 
     @property
     def kv_dtype_bytes(self) -> int:
-        return DTYPE_BYTES[self.kv_dtype]
+        return DTYPE_BYTES[self.kv_dtype or self.dtype]
 
     @property
     def weight_bytes(self) -> int:
@@ -109,14 +109,40 @@ class ModelSpec:
 
 
 def _llama(name, layers, hidden, heads, kv, inter, vocab, ctx, tied=False, qkv_bias=False, head_dim=None):
-    return ModelSpec(name, layers, hidden, heads, kv, head_dim or hidden // heads, inter, vocab,
-                     tied_embeddings=tied, gated_mlp=True, qkv_bias=qkv_bias, max_context=ctx)
+    return ModelSpec(
+        name,
+        layers,
+        hidden,
+        heads,
+        kv,
+        head_dim or hidden // heads,
+        inter,
+        vocab,
+        tied_embeddings=tied,
+        gated_mlp=True,
+        qkv_bias=qkv_bias,
+        max_context=ctx,
+    )
 
 
 def _opt(name, layers, hidden, heads, ctx=2048):
-    return ModelSpec(name, layers, hidden, heads, heads, hidden // heads, 4 * hidden, 50272,
-                     tied_embeddings=True, gated_mlp=False, qkv_bias=True, max_context=ctx,
-                     dense_bias=True, norm_bias=True, pos_embeddings=ctx + 2)
+    return ModelSpec(
+        name,
+        layers,
+        hidden,
+        heads,
+        heads,
+        hidden // heads,
+        4 * hidden,
+        50272,
+        tied_embeddings=True,
+        gated_mlp=False,
+        qkv_bias=True,
+        max_context=ctx,
+        dense_bias=True,
+        norm_bias=True,
+        pos_embeddings=ctx + 2,
+    )
 
 
 _CATALOG: dict[str, ModelSpec] = {

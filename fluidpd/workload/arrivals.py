@@ -20,8 +20,7 @@ def poisson(rate: float, n: int | None = None, duration_s: float | None = None, 
     return _renewal(lambda rng, k: rng.exponential(1.0 / rate, k), rate, n, duration_s, seed)
 
 
-def gamma(rate: float, cv: float, n: int | None = None, duration_s: float | None = None,
-          seed: Seed = 0) -> np.ndarray:
+def gamma(rate: float, cv: float, n: int | None = None, duration_s: float | None = None, seed: Seed = 0) -> np.ndarray:
     """Renewal arrivals with Gamma gaps of mean 1/rate and coefficient of variation `cv` (shape 1/cv^2)."""
     _check_rate(rate)
     if not (cv >= 0 and np.isfinite(cv)):
@@ -32,8 +31,9 @@ def gamma(rate: float, cv: float, n: int | None = None, duration_s: float | None
     return _renewal(lambda rng, k: rng.gamma(shape, 1.0 / (rate * shape), k), rate, n, duration_s, seed)
 
 
-def onoff(rate_on: float, on_s: float, off_s: float, n: int | None = None, duration_s: float | None = None,
-          seed: Seed = 0) -> np.ndarray:
+def onoff(
+    rate_on: float, on_s: float, off_s: float, n: int | None = None, duration_s: float | None = None, seed: Seed = 0
+) -> np.ndarray:
     """Bursts: Poisson at `rate_on` during each `on_s` period, silence for `off_s`, repeating from an on period."""
     if not (on_s > 0 and off_s >= 0):
         raise ValueError(f"onoff needs on_s > 0 and off_s >= 0, got on_s={on_s}, off_s={off_s}")
@@ -45,8 +45,9 @@ def onoff(rate_on: float, on_s: float, off_s: float, n: int | None = None, durat
     return busy + np.floor(busy / on_s) * off_s  # map on-time to wall time
 
 
-def arrival_times(kind: str, rate: float, *, cv: float = 1.0, n: int | None = None,
-                  duration_s: float | None = None, seed: Seed = 0) -> np.ndarray:
+def arrival_times(
+    kind: str, rate: float, *, cv: float = 1.0, n: int | None = None, duration_s: float | None = None, seed: Seed = 0
+) -> np.ndarray:
     """Dispatch by name: 'poisson' or 'gamma' (with `cv`)."""
     if kind == "poisson":
         return poisson(rate, n, duration_s, seed)
@@ -55,12 +56,18 @@ def arrival_times(kind: str, rate: float, *, cv: float = 1.0, n: int | None = No
     raise ValueError(f"unknown arrival process {kind!r}; valid: {', '.join(ARRIVAL_KINDS)}")
 
 
-def _renewal(gaps: Callable[[np.random.Generator, int], np.ndarray], rate: float, n: int | None,
-             duration_s: float | None, seed: Seed) -> np.ndarray:
+def _renewal(
+    gaps: Callable[[np.random.Generator, int], np.ndarray],
+    rate: float,
+    n: int | None,
+    duration_s: float | None,
+    seed: Seed,
+) -> np.ndarray:
     _check_count(n, duration_s)
     rng = np.random.default_rng(seed)
     if n is not None:
         return np.cumsum(gaps(rng, n))
+    assert duration_s is not None  # _check_count: exactly one of n and duration_s
     expected = rate * duration_s
     chunk = int(expected + 6 * np.sqrt(expected) + 16)
     parts, t = [], 0.0

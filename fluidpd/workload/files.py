@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +51,7 @@ class Columns:
         bad = _first_bad(values, float) if out is None else _first_true(~np.isfinite(out))
         if bad is not None:
             raise self.error(bad, f"{name}={values[bad]!r} is not a finite number")
+        assert out is not None  # _first_bad always names a row
         return out
 
     def counts(self, name: str) -> np.ndarray:
@@ -70,6 +72,7 @@ class Columns:
         bad = _first_bad(values, lambda v: np.datetime64(v, "ns")) if out is None else _first_true(np.isnat(out))
         if bad is not None:
             raise self.error(bad, f"{name}={values[bad]!r} is not a timestamp")
+        assert out is not None  # _first_bad always names a row
         return out
 
     def strings(self, name: str) -> list[str]:
@@ -91,7 +94,8 @@ def read_csv(path: Path, required: Sequence[str]) -> Columns:
     missing = [c for c in required if c not in header]
     if missing:
         raise ValueError(f"{path}: line 1: header {header} lacks column(s) {', '.join(missing)}")
-    rows, lines = text[1:], range(2, len(text) + 1)
+    rows = text[1:]
+    lines: list[int] | range = range(2, len(text) + 1)
     if any(not r.strip() for r in rows):
         lines = [i for i, r in zip(lines, rows) if r.strip()]
         rows = [text[i - 1] for i in lines]
@@ -120,7 +124,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
 
 def field(obj: dict, key: str, kind: type, path: Path, line: int):
     """obj[key] checked to be a `kind`: int (whole floats accepted), float (ints accepted), or another type."""
-    v = obj.get(key)
+    v: Any = obj.get(key)
     if isinstance(v, bool):
         ok = kind is bool
     elif kind is int:

@@ -15,8 +15,11 @@ from fluidpd.workload.trace import Trace
 AZURE_FILES = {"code": "azure_code_2023.csv", "conv": "azure_conv_2023.csv"}
 MOONCAKE_FILES = {"conversation": "mooncake_conversation.jsonl", "synthetic": "mooncake_synthetic.jsonl"}
 MOONCAKE_NAMES = {"conversation": "mooncake_conv", "synthetic": "mooncake_synth"}
-LENGTH_FILES = {"sharegpt": "vidur_sharegpt_8k_lengths.csv", "arxiv_sum": "vidur_arxiv_summarization_lengths.csv",
-                "bwb": "vidur_bwb_lengths.csv"}
+LENGTH_FILES = {
+    "sharegpt": "vidur_sharegpt_8k_lengths.csv",
+    "arxiv_sum": "vidur_arxiv_summarization_lengths.csv",
+    "bwb": "vidur_bwb_lengths.csv",
+}
 CLAUDE_CODE_FILE, CLAUDE_CODE_SESSIONS = "claude_code_requests.jsonl.gz", "claude_code_sessions.csv"
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 LENGTH_COLUMNS = ("num_prefill_tokens", "num_decode_tokens")
@@ -39,8 +42,9 @@ def load_azure(path: str | Path | None = None, *, kind: str = "conv") -> Trace:
     return _sorted_trace(name, t, prompt, output)
 
 
-def load_mooncake(path: str | Path | None = None, *, kind: str = "conversation", spread_quantized: bool = False,
-                  seed: Seed = 0) -> Trace:
+def load_mooncake(
+    path: str | Path | None = None, *, kind: str = "conversation", spread_quantized: bool = False, seed: Seed = 0
+) -> Trace:
     """Mooncake FAST'25 JSON lines: timestamp (ms), input_length, output_length, hash_ids (512-token blocks).
 
     spread_quantized: the conversation trace's timestamps come in ~3 s steps; spread the requests of each
@@ -54,10 +58,12 @@ def load_mooncake(path: str | Path | None = None, *, kind: str = "conversation",
         output.append(field(obj, "output_length", int, p, line))
         hashes.append(field(obj, "hash_ids", list, p, line))
         lines.append(line)
-    prompt, output = _check_lengths(np.array(prompt, np.int64), np.array(output, np.int64), _line_error(p, lines))
+    prompt_len, output_len = _check_lengths(
+        np.array(prompt, np.int64), np.array(output, np.int64), _line_error(p, lines)
+    )
     t = np.array(ts, np.float64) / 1e3
     name = MOONCAKE_NAMES[kind] if path is None else p.stem
-    trace = _sorted_trace(name, t - t.min() if len(t) else t, prompt, output, hashes, MOONCAKE_BLOCK)
+    trace = _sorted_trace(name, t - t.min() if len(t) else t, prompt_len, output_len, hashes, MOONCAKE_BLOCK)
     if spread_quantized:
         trace.arrival_s = spread_steps(trace.arrival_s, seed)
     return trace
@@ -67,7 +73,7 @@ def spread_steps(t: np.ndarray, seed: Seed = 0) -> np.ndarray:
     """Spread requests sharing one quantised timestamp uniformly over the step up to the next timestamp."""
     if len(t) < 2:
         return t.copy()
-    values, group, counts = np.unique(t, return_inverse=True, return_counts=True)
+    values, group = np.unique(t, return_inverse=True)
     gaps = np.diff(values)
     quantum = float(np.median(gaps)) if len(gaps) else 0.0
     step = np.minimum(np.append(gaps, quantum), quantum)[group]
@@ -76,9 +82,15 @@ def spread_steps(t: np.ndarray, seed: Seed = 0) -> np.ndarray:
     return t + u_in_order * step
 
 
-def load_claude_code(path: str | Path | None = None, sessions_path: str | Path | None = None, *,
-                     concurrency: float = DEFAULT_CLAUDE_CONCURRENCY, uncached_only: bool = False,
-                     with_hashes: bool = False, seed: Seed = 0) -> Trace:
+def load_claude_code(
+    path: str | Path | None = None,
+    sessions_path: str | Path | None = None,
+    *,
+    concurrency: float = DEFAULT_CLAUDE_CONCURRENCY,
+    uncached_only: bool = False,
+    with_hashes: bool = False,
+    seed: Seed = 0,
+) -> Trace:
     """Claude Code agentic sessions (kv-cache-tester, Callan Fox) on a synthesised global clock.
 
     Sessions start as a Poisson process of rate concurrency / mean session duration (in a seeded random
@@ -90,8 +102,10 @@ def load_claude_code(path: str | Path | None = None, sessions_path: str | Path |
     if not (concurrency > 0 and np.isfinite(concurrency)):
         raise ValueError(f"concurrency must be > 0, got {concurrency}")
     p = trace_file(path, CLAUDE_CODE_FILE)
-    sp = trace_file(sessions_path if sessions_path is not None or path is None
-                    else Path(path).parent / CLAUDE_CODE_SESSIONS, CLAUDE_CODE_SESSIONS)
+    sp = trace_file(
+        sessions_path if sessions_path is not None or path is None else Path(path).parent / CLAUDE_CODE_SESSIONS,
+        CLAUDE_CODE_SESSIONS,
+    )
     sessions = read_csv(sp, ("trace", "duration_s"))
     index = {s: i for i, s in enumerate(sessions.strings("trace"))}
     durations = sessions.numbers("duration_s")
@@ -113,7 +127,9 @@ def load_claude_code(path: str | Path | None = None, sessions_path: str | Path |
             except (TypeError, ValueError) as e:
                 raise ValueError(f"{p}: line {line}: bad hash_runs ({e})") from None
         lines.append(line)
-    prompt, output = _check_lengths(np.array(prompt, np.int64), np.array(output, np.int64), _line_error(p, lines))
+    prompt_len, output_len = _check_lengths(
+        np.array(prompt, np.int64), np.array(output, np.int64), _line_error(p, lines)
+    )
     if len(durations) and not (durations > 0).any():
         raise ValueError(f"{sp}: no session has a positive duration_s")
     rng = np.random.default_rng(seed)
@@ -122,8 +138,14 @@ def load_claude_code(path: str | Path | None = None, sessions_path: str | Path |
     starts[rng.permutation(len(durations))] = np.cumsum(gaps) - (gaps[0] if len(gaps) else 0.0)
     t = starts[np.array(sess, np.int64)] + np.array(t_s, np.float64)
     name = "claude_code_uncached" if uncached_only else "claude_code"
-    return _sorted_trace(name, t - t.min() if len(t) else t, prompt, output,
-                         hashes if with_hashes else None, 64 if with_hashes else None)
+    return _sorted_trace(
+        name,
+        t - t.min() if len(t) else t,
+        prompt_len,
+        output_len,
+        hashes if with_hashes else None,
+        64 if with_hashes else None,
+    )
 
 
 def load_lengths(path: str | Path | None = None, *, kind: str = "sharegpt") -> tuple[np.ndarray, np.ndarray]:
@@ -133,17 +155,26 @@ def load_lengths(path: str | Path | None = None, *, kind: str = "sharegpt") -> t
     return _check_lengths(cols.counts("num_prefill_tokens"), cols.counts("num_decode_tokens"), cols.error)
 
 
-def load_length_trace(path: str | Path | None = None, *, kind: str = "sharegpt", rate: float = DEFAULT_LENGTH_RATE,
-                      n: int | None = None, duration_s: float | None = None, arrivals: str = "poisson",
-                      cv: float = 1.0, seed: Seed = 0) -> Trace:
+def load_length_trace(
+    path: str | Path | None = None,
+    *,
+    kind: str = "sharegpt",
+    rate: float = DEFAULT_LENGTH_RATE,
+    n: int | None = None,
+    duration_s: float | None = None,
+    arrivals: str = "poisson",
+    cv: float = 1.0,
+    seed: Seed = 0,
+) -> Trace:
     """A length-only file (ShareGPT / arXiv summarisation / BWB) paired with seeded arrivals at `rate` req/s.
 
     All rows in file order by default; with `n` or `duration_s`, lengths are drawn with replacement.
     """
     prompt, output = load_lengths(path, kind=kind)
     name = kind if path is None else Path(path).stem
-    return sample_requests(prompt, output, rate, n=n, duration_s=duration_s, arrivals=arrivals, cv=cv,
-                           seed=seed, name=name)
+    return sample_requests(
+        prompt, output, rate, n=n, duration_s=duration_s, arrivals=arrivals, cv=cv, seed=seed, name=name
+    )
 
 
 def load_csv_trace(path: str | Path) -> Trace:
@@ -177,8 +208,14 @@ def _line_error(path: Path, lines: list[int]) -> ErrorAt:
     return lambda row, msg: ValueError(f"{path}: line {lines[row]}: {msg}")
 
 
-def _sorted_trace(name: str, t: np.ndarray, prompt: np.ndarray, output: np.ndarray, hashes: list | None = None,
-                  block: int | None = None) -> Trace:
+def _sorted_trace(
+    name: str,
+    t: np.ndarray,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    hashes: list | None = None,
+    block: int | None = None,
+) -> Trace:
     if len(t) and (np.diff(t) < 0).any():
         order = np.argsort(t, kind="stable")
         t, prompt, output = t[order], prompt[order], output[order]

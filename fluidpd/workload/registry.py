@@ -60,8 +60,10 @@ def _load_file(path: Path, rate: float | None, seed: int, kw: dict) -> Trace:
             return _at_rate(loaders.load_mooncake(path, seed=seed, **kw), rate)
         if "input_tokens" in first and "t_s" in first:
             return _at_rate(loaders.load_claude_code(path, seed=seed, **kw), rate)
-        raise ValueError(f"{path}: unrecognised JSON-lines trace (expected Mooncake or Claude Code fields), "
-                         f"first record has keys {sorted(first)}")
+        raise ValueError(
+            f"{path}: unrecognised JSON-lines trace (expected Mooncake or Claude Code fields), "
+            f"first record has keys {sorted(first)}"
+        )
     header = set(read_header(path))
     if header >= set(AZURE_COLUMNS):
         return _at_rate(loaders.load_azure(path, **kw), rate)
@@ -69,8 +71,10 @@ def _load_file(path: Path, rate: float | None, seed: int, kw: dict) -> Trace:
         return loaders.load_length_trace(path, rate=_length_rate(rate), seed=seed, **kw)
     if header >= set(SIMPLE_COLUMNS):
         return _at_rate(loaders.load_csv_trace(path, **kw), rate)
-    raise ValueError(f"{path}: unrecognised trace header {sorted(header)}; expected {', '.join(AZURE_COLUMNS)} "
-                     f"(Azure), {', '.join(LENGTH_COLUMNS)} (lengths only) or {', '.join(SIMPLE_COLUMNS)}")
+    raise ValueError(
+        f"{path}: unrecognised trace header {sorted(header)}; expected {', '.join(AZURE_COLUMNS)} "
+        f"(Azure), {', '.join(LENGTH_COLUMNS)} (lengths only) or {', '.join(SIMPLE_COLUMNS)}"
+    )
 
 
 def _length_rate(rate: float | None) -> float:

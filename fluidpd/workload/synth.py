@@ -20,21 +20,32 @@ def sample_lengths(spec: LengthSpec, n: int, rng: np.random.Generator) -> np.nda
         if spec < 1:
             raise ValueError(f"a constant length must be >= 1, got {spec}")
         return np.full(n, spec, dtype=np.int64)
-    kind = spec[0] if isinstance(spec, (tuple, list)) and spec else None
-    if kind == "uniform" and len(spec) == 3 and 1 <= spec[1] <= spec[2]:
-        return rng.integers(spec[1], spec[2], n, endpoint=True, dtype=np.int64)
-    if kind == "lognormal" and len(spec) in (3, 4) and spec[1] >= 1 and spec[2] >= 0:
-        mean, sigma = float(spec[1]), float(spec[2])
+    parts = tuple(spec) if isinstance(spec, (tuple, list)) else ()
+    kind = parts[0] if parts else None
+    if kind == "uniform" and len(parts) == 3 and 1 <= parts[1] <= parts[2]:
+        return rng.integers(parts[1], parts[2], n, endpoint=True, dtype=np.int64)
+    if kind == "lognormal" and len(parts) in (3, 4) and parts[1] >= 1 and parts[2] >= 0:
+        mean, sigma = float(parts[1]), float(parts[2])
         x = rng.lognormal(np.log(mean) - sigma**2 / 2, sigma, n)
-        cap = spec[3] if len(spec) == 4 else np.inf
+        cap = parts[3] if len(parts) == 4 else np.inf
         return np.clip(np.rint(x), 1, cap).astype(np.int64)
-    raise ValueError(f"bad length spec {spec!r}: use an int >= 1, ('uniform', lo, hi) with 1 <= lo <= hi, "
-                     "or ('lognormal', mean >= 1, sigma >= 0[, max])")
+    raise ValueError(
+        f"bad length spec {spec!r}: use an int >= 1, ('uniform', lo, hi) with 1 <= lo <= hi, "
+        "or ('lognormal', mean >= 1, sigma >= 0[, max])"
+    )
 
 
-def synthetic(n: int, rate: float, prompt_len: LengthSpec = ("lognormal", 1024, 0.8),
-              output_len: LengthSpec = ("lognormal", 256, 0.8), *, arrivals: str = "poisson", cv: float = 1.0,
-              seed: Seed = 0, name: str = "synthetic") -> Trace:
+def synthetic(
+    n: int,
+    rate: float,
+    prompt_len: LengthSpec = ("lognormal", 1024, 0.8),
+    output_len: LengthSpec = ("lognormal", 256, 0.8),
+    *,
+    arrivals: str = "poisson",
+    cv: float = 1.0,
+    seed: Seed = 0,
+    name: str = "synthetic",
+) -> Trace:
     """n requests with lengths from the given specs and Poisson or Gamma(cv) arrivals at `rate` req/s."""
     rng = np.random.default_rng(seed)
     t = arrival_times(arrivals, rate, cv=cv, n=n, seed=rng)
@@ -46,8 +57,15 @@ def fixed_lengths(n: int, rate: float, prompt: int = 512, output: int = 64, *, s
     return synthetic(n, rate, prompt, output, seed=seed, name=f"fixed_{prompt}_{output}")
 
 
-def phase_shift(phase_s: float = 60.0, *, surge_rate: float = 8.0, wave_rate: float = 3.0, cycles: int = 1,
-                gap_s: float = 0.0, seed: Seed = 0) -> Trace:
+def phase_shift(
+    phase_s: float = 60.0,
+    *,
+    surge_rate: float = 8.0,
+    wave_rate: float = 3.0,
+    cycles: int = 1,
+    gap_s: float = 0.0,
+    seed: Seed = 0,
+) -> Trace:
     """FluidPD's two imbalance patterns back to back, `cycles` times, each phase lasting `phase_s` seconds.
 
     Pattern 1, prompt ingress surge: arXiv-summarisation lengths (prompt >> output) at `surge_rate`.

@@ -84,8 +84,9 @@ class Trace:
         hashes = None if self.hash_ids is None else self.hash_ids[rows]
         if span_s is not None and len(arrival_s):
             span_s = max(span_s, float(arrival_s[-1]))  # guard against float rounding at the edge
-        return Trace(self.name, arrival_s, self.prompt_len[rows], self.output_len[rows],
-                     hashes, self.hash_block_size, span_s)
+        return Trace(
+            self.name, arrival_s, self.prompt_len[rows], self.output_len[rows], hashes, self.hash_block_size, span_s
+        )
 
 
 def compose(phases: list[Trace], gap_s: float = 0.0, name: str | None = None) -> Trace:
@@ -95,8 +96,9 @@ def compose(phases: list[Trace], gap_s: float = 0.0, name: str | None = None) ->
     if gap_s < 0:
         raise ValueError(f"gap_s must be >= 0, got {gap_s}")
     offsets = np.concatenate([[0.0], np.cumsum([p.duration_s + gap_s for p in phases])])
-    keep_hashes = all(p.hash_ids is not None for p in phases) and len({p.hash_block_size for p in phases}) == 1
-    hashes = [h for p in phases for h in p.hash_ids] if keep_hashes else None
+    hash_lists = [p.hash_ids for p in phases if p.hash_ids is not None]
+    keep_hashes = len(hash_lists) == len(phases) and len({p.hash_block_size for p in phases}) == 1
+    hashes = [h for ids in hash_lists for h in ids] if keep_hashes else None
     arrival_s = np.concatenate([p.arrival_s + off for p, off in zip(phases, offsets)])
     span_s = float(offsets[-1] - gap_s)
     return Trace(

@@ -1,13 +1,20 @@
 """How a world carries out the control plane's elastic actions."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fluidpd.core.piece import PrefillPiece, split_prompt
 from fluidpd.core.request import Request
 from fluidpd.policy.actions import Borrow, BorrowSplit, Migrate, RunPhase, StopRouting
 from fluidpd.policy.view import Role, blocks_for
 from fluidpd.world.links import HANDOFF, MIGRATION
+
+if TYPE_CHECKING:
+    from fluidpd.policy.base import Policy
+    from fluidpd.world.worker import WorkerState
 
 
 @dataclass(slots=True)
@@ -23,6 +30,23 @@ class Spread:
 
 class Elastic:
     """Mixin of World: Borrow, BorrowSplit, StopRouting, Migrate and the FluidRole phases."""
+
+    if TYPE_CHECKING:  # what World provides
+        policy: Policy
+        loop: Any
+        workers: list[WorkerState]
+        spreads: dict[int, Spread]
+        prefill_kv_fraction: float
+        prefill_kv_floor: int
+
+        @property
+        def now(self) -> float: ...
+        def schedule(self, w: WorkerState) -> None: ...
+        def submit(self, req: Request, front: bool = False) -> None: ...
+        def finish(self, req: Request) -> None: ...
+        def decode_or_hand_off(self, w: WorkerState, req: Request) -> None: ...
+        def start_pulls(self, d: WorkerState) -> None: ...
+        def transfer(self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg) -> None: ...
 
     def apply(self, actions: list) -> None:
         for action in actions:
@@ -112,7 +136,10 @@ class Elastic:
             req = w.pulls.popleft()
             w.pull_blocks_pending -= w.blocks_of(req)
             src = self.workers[req.worker]
-            d = self.workers[self.policy.handoff(req, src, self)]
+            dst = self.policy.handoff(req, src, self)
+            if dst is None:
+                raise RuntimeError(f"no decode worker for request {req.id}, whose KV waits on worker {src.id}")
+            d = self.workers[dst]
             d.pulls.append(req)
             d.pull_blocks_pending += d.blocks_of(req)
             self.start_pulls(d)
@@ -184,5 +211,10 @@ class Elastic:
                 del w.held[req.id]
                 w.join(req)
 
-    _handlers = {Borrow: _borrow, BorrowSplit: _borrow_split, StopRouting: _stop_routing, Migrate: _migrate,
-                 RunPhase: _run_phase}
+    _handlers: ClassVar[dict[type, Callable[[Elastic, Any], None]]] = {
+        Borrow: _borrow,
+        BorrowSplit: _borrow_split,
+        StopRouting: _stop_routing,
+        Migrate: _migrate,
+        RunPhase: _run_phase,
+    }

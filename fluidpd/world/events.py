@@ -1,9 +1,11 @@
 """A heap-based discrete-event loop on a virtual clock with an explicit tie-break order."""
+
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from enum import IntEnum
-from typing import Any, Callable
+from typing import Any
 
 
 class EventKind(IntEnum):
@@ -22,7 +24,7 @@ class EventKind(IntEnum):
 class EventLoop:
     """Runs callbacks in (time, kind, insertion order); deterministic for the same inputs."""
 
-    __slots__ = ("now", "_heap", "_seq", "events_run")
+    __slots__ = ("_heap", "_seq", "events_run", "now")
 
     def __init__(self) -> None:
         self.now = 0.0

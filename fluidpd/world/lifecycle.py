@@ -1,6 +1,7 @@
 """The request lifecycle both worlds share: routing, step planning, token accounting, pull-based
 KV hand-off, preemption and the elastic actions. A world supplies the clock (`loop`), how a step
 runs (`execute`), how KV moves (`transfer`) and how long FluidRole's phases take (`run_phase`)."""
+
 from __future__ import annotations
 
 from fluidpd.core.metrics import MetricsCollector
@@ -21,8 +22,17 @@ EWMA = 0.2
 class World(Elastic):
     """Implements the policy's ClusterView over WorkerStates; every step planned by the policy."""
 
-    def __init__(self, policy: Policy, kv_bytes_per_token: float, kv_blocks: int, metrics: MetricsCollector,
-                 n_workers: int, block_size: int, node_of, loop):
+    def __init__(
+        self,
+        policy: Policy,
+        kv_bytes_per_token: float,
+        kv_blocks: int,
+        metrics: MetricsCollector,
+        n_workers: int,
+        block_size: int,
+        node_of,
+        loop,
+    ):
         self.policy, self.metrics, self.loop = policy, metrics, loop
         self.kv_bytes_per_token = kv_bytes_per_token
         self.slo_tbt = metrics.slo.tbt_s
@@ -32,7 +42,7 @@ class World(Elastic):
         self.timeline = Timeline(len(self.workers))
         self.spreads: dict = {}
         self.prefill_kv_fraction = 1.0
-        self.prefill_kv_floor = 1      # a prefill worker's arena keeps at least this many KV blocks
+        self.prefill_kv_floor = 1  # a prefill worker's arena keeps at least this many KV blocks
 
     @property
     def now(self) -> float:
@@ -57,8 +67,10 @@ class World(Elastic):
     def submit(self, req: Request, front: bool = False) -> None:
         w = self.workers[self.policy.route(req, self)]
         bs = w.block_size
-        if blocks_for(req.prompt_len + req.output_len, bs) > w.kv_blocks_full or \
-                blocks_for(req.prefill_target, bs) > w.kv_blocks_total:
+        if (
+            blocks_for(req.prompt_len + req.output_len, bs) > w.kv_blocks_full
+            or blocks_for(req.prefill_target, bs) > w.kv_blocks_total
+        ):
             self.reject(req)
             return
         w.enqueue(req, front)
@@ -149,10 +161,10 @@ class World(Elastic):
         if plan.decode and not plan.chunks:
             w.step_time_ewma_s += EWMA * (duration - w.step_time_ewma_s) if w.step_time_ewma_s else duration
         if plan.decode:
-            for req in w.decode_tick(now, self.slo_tbt, self.metrics.on_gap, stopped):
-                w.leave(req)
-                w.free(w.blocks_of(req))
-                self.finish(req)
+            for done in w.decode_tick(now, self.slo_tbt, self.metrics.on_gap, stopped):
+                w.leave(done)
+                w.free(w.blocks_of(done))
+                self.finish(done)
         for req, c in plan.chunks:
             req.prefilled += c
             w.queued_tokens -= c
@@ -165,7 +177,7 @@ class World(Elastic):
         self.schedule(w)
         self.start_pulls(w)
 
-    def _prefilled(self, w: WorkerState, req: Request, stopped: frozenset = frozenset()) -> None:
+    def _prefilled(self, w: WorkerState, req: Request | PrefillPiece, stopped: frozenset = frozenset()) -> None:
         """A request's prefill finished on `w`: emit a token, then decode here or hand off."""
         w.dequeue(req)
         w.num_prefilling -= 1

@@ -1,4 +1,5 @@
 """Periodic samples of every worker's queue, batch, KV use, role and busy time, for plots."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,9 +1,11 @@
 """A simulated worker at iteration level: prefill queue, decode batch, paged KV accounting."""
+
 from __future__ import annotations
 
 import math
 from collections import deque
 
+from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.request import Request
 from fluidpd.policy.view import Role, blocks_for
 
@@ -17,12 +19,41 @@ class WorkerState:
     """
 
     __slots__ = (
-        "id", "role", "node", "routable", "block_size", "kv_blocks_total", "kv_blocks_used",
-        "pull_blocks_pending", "queue", "queued_tokens", "decoding", "decode_ctx_sum", "held",
-        "pulls", "busy", "step_time_ewma_s", "decode_steps", "over_cum", "last_decode_end",
-        "joiners", "marks", "buckets", "busy_s", "steps", "preemptions", "tokens_out",
-        "role_since", "incoming", "schedule_pending", "num_prefilling", "transfers_out",
-        "transfers_in", "deferred", "kv_blocks_full", "step_growth",
+        "block_size",
+        "buckets",
+        "busy",
+        "busy_s",
+        "decode_ctx_sum",
+        "decode_steps",
+        "decoding",
+        "deferred",
+        "held",
+        "id",
+        "incoming",
+        "joiners",
+        "kv_blocks_full",
+        "kv_blocks_total",
+        "kv_blocks_used",
+        "last_decode_end",
+        "marks",
+        "node",
+        "num_prefilling",
+        "over_cum",
+        "preemptions",
+        "pull_blocks_pending",
+        "pulls",
+        "queue",
+        "queued_tokens",
+        "role",
+        "role_since",
+        "routable",
+        "schedule_pending",
+        "step_growth",
+        "step_time_ewma_s",
+        "steps",
+        "tokens_out",
+        "transfers_in",
+        "transfers_out",
     )
 
     def __init__(self, wid: int, role: Role, node: int, kv_blocks: int, block_size: int = 16):
@@ -32,28 +63,28 @@ class WorkerState:
         self.routable = True
         self.block_size = block_size
         self.kv_blocks_total = kv_blocks
-        self.kv_blocks_full = kv_blocks     # the whole arena as KV (decode role)
+        self.kv_blocks_full = kv_blocks  # the whole arena as KV (decode role)
         self.transfers_out = 0
         self.transfers_in = 0
-        self.deferred: list = []           # actions that wait for the step in flight
-        self.step_growth = 0               # KV blocks the step in flight allocated for decode growth
+        self.deferred: list = []  # actions that wait for the step in flight
+        self.step_growth = 0  # KV blocks the step in flight allocated for decode growth
         self.kv_blocks_used = 0
         self.pull_blocks_pending = 0
-        self.queue: deque[Request] = deque()
+        self.queue: deque[Request | PrefillPiece] = deque()
         self.queued_tokens = 0
         self.num_prefilling = 0
         self.decoding: dict[int, Request] = {}
-        self.decode_ctx_sum = 0         # stored KV tokens over decoding requests
+        self.decode_ctx_sum = 0  # stored KV tokens over decoding requests
         self.held: dict[int, Request] = {}
         self.pulls: deque[Request] = deque()
         self.busy = False
         self.schedule_pending = False
         self.step_time_ewma_s = 0.0
         self.decode_steps = 0
-        self.over_cum = 0               # decode steps whose gap exceeded SLO_TBT
+        self.over_cum = 0  # decode steps whose gap exceeded SLO_TBT
         self.last_decode_end = math.nan
         self.joiners: list[Request] = []
-        self.incoming: list[Request] = []   # KV arrived during a step: joins when it ends
+        self.incoming: list[Request] = []  # KV arrived during a step: joins when it ends
         self.marks: dict[int, tuple[int, int, int]] = {}  # id -> (decode_steps, over_cum, bucket)
         self.buckets = [0] * block_size
         self.busy_s = {"prefill": 0.0, "decode": 0.0, "mixed": 0.0}
@@ -96,11 +127,11 @@ class WorkerState:
             raise RuntimeError(f"worker {self.id}: freed more KV blocks than allocated")
 
     # --- prefill queue ------------------------------------------------------------------
-    def enqueue(self, req: Request, front: bool = False) -> None:
+    def enqueue(self, req: Request | PrefillPiece, front: bool = False) -> None:
         (self.queue.appendleft if front else self.queue.append)(req)
         self.queued_tokens += req.prefill_remaining
 
-    def dequeue(self, req: Request) -> None:
+    def dequeue(self, req: Request | PrefillPiece) -> None:
         if self.queue and self.queue[0] is req:
             self.queue.popleft()
         else:
@@ -167,7 +198,7 @@ class WorkerState:
             on_gap(gap, 1, req.moved)
             req.moved = False
             req.add_gap(gap, slo_tbt_s)
-            self.marks[req.id] = mark + (self.marks[req.id][2],)
+            self.marks[req.id] = (*mark, self.marks[req.id][2])
         self.joiners = []
         self.last_decode_end = now
         done = []

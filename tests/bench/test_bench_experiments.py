@@ -1,4 +1,5 @@
 """`fluidpd experiment table1/table2`: the seed's evaluation tables in simulation."""
+
 import json
 import subprocess
 import sys
@@ -12,8 +13,7 @@ from fluidpd.policy.view import Role
 
 
 def fluidpd(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "fluidpd.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "fluidpd.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def check_table1_output(out, scales: dict):
@@ -101,10 +101,10 @@ def test_table2_times_fluidrole_in_simulation_and_compares_restarts(tmp_path):
     fr = res["fluidrole"]
     assert fr["transitions"] >= 1
     med = fr["median_s"]
-    assert 0.0 < med["total"]
+    assert med["total"] > 0.0
     d2p = fr["by_direction"]["decode->prefill"]["median_s"]
     assert fr["table_total_s"] == d2p["total"]
-    assert d2p["total"] >= 0.05                 # Table 2's FluidRole row: drain + 37 ms of phases
+    assert d2p["total"] >= 0.05  # Table 2's FluidRole row: drain + 37 ms of phases
     for phase, const in res["setting"]["phase_constants_s"].items():
         assert med[phase] == pytest.approx(const)
     assert med["drain"] >= 0
@@ -130,7 +130,9 @@ def test_forced_role_switches_run_all_four_phases():
     res = run_instrumented(trace, "fluidpd", ex.setup(2), forced=((30.0, Role.PREFILL), (90.0, Role.DECODE)))
     ts = res.cluster.policy.transitions
     assert [(t.src_role, t.dst_role, t.reason) for t in ts] == [
-        (Role.DECODE, Role.PREFILL, "admin"), (Role.PREFILL, Role.DECODE, "admin")]
+        (Role.DECODE, Role.PREFILL, "admin"),
+        (Role.PREFILL, Role.DECODE, "admin"),
+    ]
     assert all(t.done and t.began_s >= 30.0 for t in ts)
     assert res.summary["completed"] == len(trace)
     with pytest.raises(ValueError, match="no role transitions"):
@@ -138,22 +140,27 @@ def test_forced_role_switches_run_all_four_phases():
 
 
 def test_best_split_and_headline_choice():
-    rows = {1: {"attainment": 0.5, "strict_attainment": 0.4, "ttft_p99_s": 1.0},
-            2: {"attainment": 0.8, "strict_attainment": 0.3, "ttft_p99_s": 2.0},
-            3: {"attainment": 0.8, "strict_attainment": 0.5, "ttft_p99_s": 3.0}}
+    rows = {
+        1: {"attainment": 0.5, "strict_attainment": 0.4, "ttft_p99_s": 1.0},
+        2: {"attainment": 0.8, "strict_attainment": 0.3, "ttft_p99_s": 2.0},
+        3: {"attainment": 0.8, "strict_attainment": 0.5, "ttft_p99_s": 3.0},
+    }
     assert ex.best_split(rows) == 3
     assert ex.headline_of(ex.WORKLOADS["azure_conv"], (1.0, 3.0)) == 1.0
     assert ex.headline_of(ex.WORKLOADS["azure_conv"], (1.0, 1.5, 3.0)) == 1.5
 
 
-@pytest.mark.parametrize("args,message", [
-    (["table1", "--scales", "-1"], "must be > 0"),
-    (["table1", "--scales", "abc"], "not a number"),
-    (["table1", "--window", "0"], "must be > 0"),
-    (["table1", "--workloads", "nope"], "unknown workload"),
-    (["table3"], "invalid choice"),
-    ([], "required"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["table1", "--scales", "-1"], "must be > 0"),
+        (["table1", "--scales", "abc"], "not a number"),
+        (["table1", "--window", "0"], "must be > 0"),
+        (["table1", "--workloads", "nope"], "unknown workload"),
+        (["table3"], "invalid choice"),
+        ([], "required"),
+    ],
+)
 def test_bad_arguments_give_a_message_and_exit_2(args, message, capsys):
     from fluidpd.cli import main
 

@@ -1,4 +1,5 @@
 """Shared fixtures for the engine tests: SmolLM2 loaded once per session, engines share its weights."""
+
 from __future__ import annotations
 
 import os
@@ -9,8 +10,8 @@ import torch
 torch.set_num_threads(1)
 
 from engine_testdata import MAX_TOKENS, PROMPTS  # noqa: E402
-from fluidpd.engine import EngineConfig, LLMEngine, SamplingParams, load_model  # noqa: E402
 
+from fluidpd.engine import EngineConfig, LLMEngine, SamplingParams, load_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -45,5 +46,6 @@ def hf_smol():
 
     path = smollm2_gguf()
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32)
+        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32
+    )
     return model.eval()

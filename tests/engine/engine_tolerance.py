@@ -1,4 +1,5 @@
 """Rounding-error bounds for the engine tests, from the dtype and the size of each reduction."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """`fluidpd generate`."""
+
 from __future__ import annotations
 
 import pytest

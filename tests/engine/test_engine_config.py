@@ -1,4 +1,5 @@
 """EngineConfig as command-line flags: importable without torch, knobs round-trip through argparse."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,11 +21,30 @@ def test_config_imports_without_torch():
 def test_knobs_become_flags_and_build_the_config():
     p = argparse.ArgumentParser()
     add_flags(p, EngineConfig)
-    args = p.parse_args(["--model", "llama-3.2-1b", "--load-format", "dummy", "--dtype", "bf16",
-                         "--num-kv-blocks", "4", "--max-model-len", "128", "--seed", "7"])
+    args = p.parse_args(
+        [
+            "--model",
+            "llama-3.2-1b",
+            "--load-format",
+            "dummy",
+            "--dtype",
+            "bf16",
+            "--num-kv-blocks",
+            "4",
+            "--max-model-len",
+            "128",
+            "--seed",
+            "7",
+        ]
+    )
     cfg = EngineConfig(**flag_values(args, EngineConfig))
-    assert (cfg.model, cfg.load_format, cfg.num_kv_blocks, cfg.max_model_len, cfg.seed) == \
-        ("llama-3.2-1b", "dummy", 4, 128, 7)
+    assert (cfg.model, cfg.load_format, cfg.num_kv_blocks, cfg.max_model_len, cfg.seed) == (
+        "llama-3.2-1b",
+        "dummy",
+        4,
+        128,
+        7,
+    )
     assert cfg.torch_dtype == torch.bfloat16 and cfg.torch_device == torch.device("cpu")
     assert EngineConfig(**flag_values(p.parse_args([]), EngineConfig)) == EngineConfig()
 

@@ -1,4 +1,5 @@
 """Bad input gets a clear error, and leaves the engine usable."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,8 @@ def test_prompt_longer_than_context_window(make_engine):
     eng = make_engine(num_kv_blocks=8, max_model_len=64)
     with pytest.raises(ValueError, match="longer than max_model_len 64"):
         eng.add_request(list(range(100, 165)))
-    eng.add_request(list(range(100, 164)), SamplingParams(max_tokens=5))   # exactly fits: 1 token
-    (out,) = [o for o in _drain(eng)]
+    eng.add_request(list(range(100, 164)), SamplingParams(max_tokens=5))  # exactly fits: 1 token
+    (out,) = list(_drain(eng))
     assert out.output.finish_reason == "length" and len(out.output.token_ids) == 1
 
 
@@ -28,7 +29,7 @@ def test_max_tokens_and_other_inputs(make_engine):
     with pytest.raises(ValueError, match="empty"):
         eng.add_request([])
     with pytest.raises(ValueError, match="out of range"):
-        eng.add_request([1, 2, 10 ** 6])
+        eng.add_request([1, 2, 10**6])
     rid = eng.add_request("hi", request_id="x")
     with pytest.raises(ValueError, match="already"):
         eng.add_request("hi", request_id="x")
@@ -36,8 +37,15 @@ def test_max_tokens_and_other_inputs(make_engine):
 
 
 def test_engine_config_validation():
-    for bad in (dict(block_size=0), dict(max_num_seqs=0), dict(dtype="int8"), dict(load_format="onnx"),
-                dict(max_num_batched_tokens=-1), dict(device="cuda:banana"), dict(scratch_bytes=-1)):
+    for bad in (
+        dict(block_size=0),
+        dict(max_num_seqs=0),
+        dict(dtype="int8"),
+        dict(load_format="onnx"),
+        dict(max_num_batched_tokens=-1),
+        dict(device="cuda:banana"),
+        dict(scratch_bytes=-1),
+    ):
         with pytest.raises(ValueError):
             EngineConfig(**bad)
     with pytest.raises(ValueError, match="cannot hold"):
@@ -56,7 +64,7 @@ def test_bad_step_plans(make_engine):
         eng.run_step(StepPlan(prefills=[PrefillChunk(rid, 99)]))
     with pytest.raises(ValueError, match="twice"):
         eng.run_step(StepPlan(prefills=[PrefillChunk(rid, 2), PrefillChunk(rid, 3)]))
-    res = eng.run_step(StepPlan(prefills=[PrefillChunk(rid, 5)]))      # still usable
+    res = eng.run_step(StepPlan(prefills=[PrefillChunk(rid, 5)]))  # still usable
     assert res.outputs[0].new_token_ids and res.num_prefill_tokens == 5
 
 
@@ -66,7 +74,7 @@ def test_plan_larger_than_free_blocks(make_engine):
     b = eng.add_request(list(range(200, 220)))
     with pytest.raises(NoFreeBlocksError):
         eng.run_step(StepPlan(prefills=[PrefillChunk(a, 20), PrefillChunk(b, 20)]))
-    assert eng.stats().num_used_blocks == 0                            # nothing half-allocated
+    assert eng.stats().num_used_blocks == 0  # nothing half-allocated
 
 
 def test_import_checks_layout_and_room(make_engine):
@@ -85,8 +93,15 @@ def test_import_checks_layout_and_room(make_engine):
 def test_text_prompt_without_tokenizer(tmp_path):
     from fluidpd.engine import LLMEngine
 
-    eng = LLMEngine(EngineConfig(model="smollm2-135m", load_format="dummy", num_kv_blocks=2,
-                                 model_overrides=dict(num_hidden_layers=1), max_model_len=32))
+    eng = LLMEngine(
+        EngineConfig(
+            model="smollm2-135m",
+            load_format="dummy",
+            num_kv_blocks=2,
+            model_overrides=dict(num_hidden_layers=1),
+            max_model_len=32,
+        )
+    )
     with pytest.raises(ValueError, match="no tokenizer"):
         eng.add_request("hello")
 

@@ -1,5 +1,6 @@
 """Model numerics against transformers (same weights): SmolLM2 GGUF, Qwen2 (qkv bias), Llama 3
 rope scaling; safetensors loading; dummy weights; bf16."""
+
 from __future__ import annotations
 
 import copy
@@ -7,9 +8,9 @@ import json
 
 import pytest
 import torch
-
 from engine_testdata import PROMPTS
 from engine_tolerance import logits_tol
+
 from fluidpd.engine import EngineConfig, LLMEngine
 from fluidpd.engine.loaders.dummy import random_tensors
 from fluidpd.engine.model_config import ModelConfig
@@ -19,10 +20,10 @@ from fluidpd.engine.model_config import ModelConfig
 def test_logits_match_transformers_prefill_and_decode(make_engine, hf_smol):
     eng = make_engine(num_kv_blocks=16)
     ids = eng.tokenizer.encode(PROMPTS[4])
-    with torch.no_grad():                                              # same weights, exact in fp64
+    with torch.no_grad():  # same weights, exact in fp64
         ref = copy.deepcopy(hf_smol).double()(torch.tensor([ids])).logits[0]
-    prefill = eng.prompt_logits(ids)                                   # one chunk
-    decode = eng.prompt_logits(ids, [len(ids) - 6] + [1] * 6)          # then 6 decode steps
+    prefill = eng.prompt_logits(ids)  # one chunk
+    decode = eng.prompt_logits(ids, [len(ids) - 6] + [1] * 6)  # then 6 decode steps
     tol = logits_tol(eng.model_config, len(ids), torch.float32, ref.abs().max().item())
     assert (prefill - ref).abs().max().item() <= tol
     assert (decode[-6:] - ref[-6:]).abs().max().item() <= tol
@@ -33,15 +34,28 @@ def test_logits_match_transformers_prefill_and_decode(make_engine, hf_smol):
 def test_greedy_matches_transformers_generate(make_engine, hf_smol, reference):
     ids = make_engine(num_kv_blocks=16).tokenizer.encode(PROMPTS[0])
     with torch.no_grad():
-        out = hf_smol.generate(torch.tensor([ids]), max_new_tokens=len(reference[0]), do_sample=False,
-                               pad_token_id=2, eos_token_id=None)
-    assert out[0, len(ids):].tolist() == reference[0]
+        out = hf_smol.generate(
+            torch.tensor([ids]), max_new_tokens=len(reference[0]), do_sample=False, pad_token_id=2, eos_token_id=None
+        )
+    assert out[0, len(ids) :].tolist() == reference[0]
 
 
 def _tiny(arch: str, **kw) -> ModelConfig:
-    base = dict(architecture=arch, vocab_size=96, hidden_size=64, intermediate_size=96, num_layers=2,
-                num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=10000.0,
-                max_position_embeddings=256, tie_word_embeddings=False, attention_bias=arch == "qwen2")
+    base = dict(
+        architecture=arch,
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=96,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        attention_bias=arch == "qwen2",
+    )
     base.update(kw)
     return ModelConfig(**base)
 
@@ -65,7 +79,7 @@ def _save_checkpoint(path, cfg: ModelConfig, tensors) -> None:
     path.mkdir(exist_ok=True)
     (path / "config.json").write_text(json.dumps(cfg.to_hf()))
     names = sorted(tensors)
-    half = len(names) // 2                                             # two shards
+    half = len(names) // 2  # two shards
     save_file({n: tensors[n].contiguous() for n in names[:half]}, str(path / "model-00001-of-00002.safetensors"))
     save_file({n: tensors[n].contiguous() for n in names[half:]}, str(path / "model-00002-of-00002.safetensors"))
 
@@ -77,13 +91,27 @@ def _engine(path, **kw) -> LLMEngine:
 IDS = [5, 17, 3, 88, 41, 9, 60, 2, 33, 71, 14, 26, 50, 8, 90, 1, 45, 19, 77, 30]
 
 
-@pytest.mark.parametrize("arch,kw", [
-    ("llama", {}),
-    ("qwen2", dict(tie_word_embeddings=True, rope_theta=1e6)),
-    ("llama", dict(rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
-                                     high_freq_factor=4.0, original_max_position_embeddings=16))),
-    ("llama", dict(rope_scaling=dict(rope_type="linear", factor=2.0))),
-], ids=["llama", "qwen2-bias", "llama3-rope", "linear-rope"])
+@pytest.mark.parametrize(
+    "arch,kw",
+    [
+        ("llama", {}),
+        ("qwen2", dict(tie_word_embeddings=True, rope_theta=1e6)),
+        (
+            "llama",
+            dict(
+                rope_scaling=dict(
+                    rope_type="llama3",
+                    factor=8.0,
+                    low_freq_factor=1.0,
+                    high_freq_factor=4.0,
+                    original_max_position_embeddings=16,
+                )
+            ),
+        ),
+        ("llama", dict(rope_scaling=dict(rope_type="linear", factor=2.0))),
+    ],
+    ids=["llama", "qwen2-bias", "llama3-rope", "linear-rope"],
+)
 def test_tiny_models_match_transformers(tmp_path, arch, kw):
     cfg = _tiny(arch, **kw)
     tensors = random_tensors(cfg, torch.float32, seed=3)
@@ -92,7 +120,7 @@ def test_tiny_models_match_transformers(tmp_path, arch, kw):
     _save_checkpoint(tmp_path / "ckpt", cfg, tensors)
     eng = _engine(tmp_path / "ckpt")
     assert eng.model_config == cfg
-    with torch.no_grad():                                              # same weights, exact in fp64
+    with torch.no_grad():  # same weights, exact in fp64
         ref = _hf_model(cfg, tensors).double()(torch.tensor([IDS])).logits[0]
     ours = eng.prompt_logits(IDS, [7, 5, 1, 1, 3, 1, 1, 1])
     assert (ours - ref).abs().max().item() <= logits_tol(cfg, len(IDS), torch.float32, ref.abs().max().item())
@@ -111,9 +139,15 @@ def test_safetensors_checkpoint_matches_dummy_forward(tmp_path):
 
 
 def test_dummy_preset_shapes_and_overrides():
-    eng = LLMEngine(EngineConfig(model="llama-3.2-1b", load_format="dummy", num_kv_blocks=4,
-                                 model_overrides=dict(num_hidden_layers=1, vocab_size=512,
-                                                      intermediate_size=256), max_model_len=128))
+    eng = LLMEngine(
+        EngineConfig(
+            model="llama-3.2-1b",
+            load_format="dummy",
+            num_kv_blocks=4,
+            model_overrides=dict(num_hidden_layers=1, vocab_size=512, intermediate_size=256),
+            max_model_len=128,
+        )
+    )
     mc = eng.model_config
     assert (mc.num_layers, mc.hidden_size, mc.num_kv_heads, mc.vocab_size) == (1, 2048, 8, 512)
     assert mc.rope_scaling["rope_type"] == "llama3"
@@ -129,6 +163,6 @@ def test_bf16_runs_and_tracks_fp32(tmp_path):
     assert eng.arena.buffer.dtype == torch.bfloat16 and eng.model.lm_head.dtype == torch.bfloat16
     bf = eng.prompt_logits(IDS, [10, 1, 1, 8])
     assert bf.dtype == torch.float32
-    scale = f32.abs().max().item()                 # each is within its own dtype's bound of the exact logits
+    scale = f32.abs().max().item()  # each is within its own dtype's bound of the exact logits
     tol = logits_tol(cfg, len(IDS), torch.bfloat16, scale) + logits_tol(cfg, len(IDS), torch.float32, scale)
     assert (bf - f32).abs().max().item() <= tol

@@ -1,13 +1,14 @@
 """Sampling: seeds, top-k/top-p, stop strings and ids, logprobs, and seeded hand-off."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-
 from engine_testdata import PROMPTS
 from engine_tolerance import logits_tol
+
 from fluidpd.engine import SamplingParams
 from fluidpd.engine.sampling import MAX_LOGPROBS, SamplingParamError, sample
 
@@ -30,9 +31,10 @@ def test_seeded_request_is_independent_of_batch(make_engine):
     eng = make_engine(num_kv_blocks=64)
     p = SamplingParams(max_tokens=10, temperature=0.8, top_k=50, seed=5, ignore_eos=True)
     alone = eng.generate([PROMPTS[3]], p)[0].token_ids
-    mixed = eng.generate([PROMPTS[0], PROMPTS[3], PROMPTS[1]],
-                         [SamplingParams(max_tokens=6, temperature=1.0, seed=9), p,
-                          SamplingParams(max_tokens=14)])[1].token_ids
+    mixed = eng.generate(
+        [PROMPTS[0], PROMPTS[3], PROMPTS[1]],
+        [SamplingParams(max_tokens=6, temperature=1.0, seed=9), p, SamplingParams(max_tokens=14)],
+    )[1].token_ids
     assert alone == mixed
 
 
@@ -46,7 +48,7 @@ def test_seeded_sampling_continues_identically_after_handoff(make_engine):
     payload = a.export_kv(rid)
     assert payload.generator_state is not None
     rid_b = b.import_kv(payload)
-    out = [o.output for o in _drain(b) if o.request_id == rid_b][0]
+    out = next(o.output for o in _drain(b) if o.request_id == rid_b)
     assert out.token_ids == whole
 
 
@@ -71,9 +73,8 @@ def test_stop_string_cuts_text(make_engine):
     assert full.text.startswith(" Paris.")
     out = eng.generate([PROMPTS[0]], SamplingParams(max_tokens=20, stop=["."], ignore_eos=True))[0]
     assert out.finish_reason == "stop" and out.text == " Paris"
-    assert out.token_ids == full.token_ids[:len(out.token_ids)] and len(out.token_ids) < 20
-    kept = eng.generate([PROMPTS[0]], SamplingParams(max_tokens=20, stop="answer",
-                                                     include_stop_str_in_output=True))[0]
+    assert out.token_ids == full.token_ids[: len(out.token_ids)] and len(out.token_ids) < 20
+    kept = eng.generate([PROMPTS[0]], SamplingParams(max_tokens=20, stop="answer", include_stop_str_in_output=True))[0]
     assert kept.text.endswith("answer") and kept.finish_reason == "stop"
 
 
@@ -82,7 +83,7 @@ def test_stop_token_ids_and_max_tokens(make_engine, reference):
     stop_at = reference[0][3]
     out = eng.generate([PROMPTS[0]], SamplingParams(max_tokens=20, stop_token_ids=[stop_at]))[0]
     first = reference[0].index(stop_at)
-    assert out.token_ids == reference[0][:first + 1] and out.finish_reason == "stop"
+    assert out.token_ids == reference[0][: first + 1] and out.finish_reason == "stop"
     out = eng.generate([PROMPTS[0]], SamplingParams(max_tokens=3, ignore_eos=True))[0]
     assert out.token_ids == reference[0][:3] and out.finish_reason == "length"
 
@@ -97,8 +98,8 @@ def test_logprobs_shape_and_normalisation(make_engine, reference):
     assert len(out.logprobs) == 6
     for tok, lp in zip(out.token_ids, out.logprobs):
         assert lp.token_id == tok and len(lp.top) == 5
-        assert max(lp.top, key=lp.top.get) == tok                 # greedy picks the top-1
-        assert lp.logprob == lp.top[tok]                          # the same fp32 value, read twice
+        assert max(lp.top, key=lp.top.get) == tok  # greedy picks the top-1
+        assert lp.logprob == lp.top[tok]  # the same fp32 value, read twice
         assert all(v <= 0 for v in lp.top.values())
         assert sum(math.exp(v) for v in lp.top.values()) <= 1 + norm_tol
     ids = out.prompt_token_ids + out.token_ids[:1]
@@ -112,18 +113,39 @@ def test_logprobs_shape_and_normalisation(make_engine, reference):
     assert out.token_ids == reference[0][:6]
 
 
-@pytest.mark.parametrize("field, bad", [
-    ("max_tokens", 0), ("max_tokens", -3), ("max_tokens", 2.0), ("max_tokens", True),
-    ("temperature", -0.1), ("temperature", 2.01), ("temperature", math.nan), ("temperature", math.inf),
-    ("temperature", "1"),
-    ("top_p", 0.0), ("top_p", 1.5), ("top_p", math.nan),
-    ("top_k", -2), ("top_k", 1.5),
-    ("seed", 1 << 64), ("seed", -(1 << 63) - 1), ("seed", 1.0),
-    ("stop", [""]), ("stop", ""), ("stop", [1]), ("stop", None),
-    ("stop_token_ids", ["1"]), ("stop_token_ids", [1.5]),
-    ("ignore_eos", 1), ("include_stop_str_in_output", None),
-    ("logprobs", -1), ("logprobs", MAX_LOGPROBS + 1), ("logprobs", 1.0),
-])
+@pytest.mark.parametrize(
+    "field, bad",
+    [
+        ("max_tokens", 0),
+        ("max_tokens", -3),
+        ("max_tokens", 2.0),
+        ("max_tokens", True),
+        ("temperature", -0.1),
+        ("temperature", 2.01),
+        ("temperature", math.nan),
+        ("temperature", math.inf),
+        ("temperature", "1"),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("top_p", math.nan),
+        ("top_k", -2),
+        ("top_k", 1.5),
+        ("seed", 1 << 64),
+        ("seed", -(1 << 63) - 1),
+        ("seed", 1.0),
+        ("stop", [""]),
+        ("stop", ""),
+        ("stop", [1]),
+        ("stop", None),
+        ("stop_token_ids", ["1"]),
+        ("stop_token_ids", [1.5]),
+        ("ignore_eos", 1),
+        ("include_stop_str_in_output", None),
+        ("logprobs", -1),
+        ("logprobs", MAX_LOGPROBS + 1),
+        ("logprobs", 1.0),
+    ],
+)
 def test_sampling_params_validation_names_the_field(field, bad):
     with pytest.raises(SamplingParamError, match=field) as err:
         SamplingParams(**{field: bad})
@@ -131,8 +153,9 @@ def test_sampling_params_validation_names_the_field(field, bad):
 
 
 def test_sampling_params_accepts_the_edges_and_normalises():
-    p = SamplingParams(max_tokens=1, temperature=2, top_p=1, top_k=-1, seed=-1, stop="x",
-                       stop_token_ids=[3], logprobs=MAX_LOGPROBS)
+    p = SamplingParams(
+        max_tokens=1, temperature=2, top_p=1, top_k=-1, seed=-1, stop="x", stop_token_ids=[3], logprobs=MAX_LOGPROBS
+    )
     assert (p.temperature, p.top_p, p.seed, p.stop, p.stop_token_ids) == (2.0, 1.0, (1 << 64) - 1, ("x",), (3,))
     assert SamplingParams(seed=(1 << 64) - 1).seed == (1 << 64) - 1
     assert SamplingParams(logprobs=0).logprobs == 0 and SamplingParams().greedy

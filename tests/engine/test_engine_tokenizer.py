@@ -1,4 +1,5 @@
 """Tokenizer and chat template built offline from the GGUF metadata."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,10 @@ import pytest
 
 from fluidpd.engine.tokenizer import Tokenizer
 
-CHAT = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+CHAT = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,18 +37,20 @@ def test_chat_template(tok):
     ids = tok.encode_chat(msgs)
     assert ids[:3] == [1, 9690, 198] and ids[-4:] == [1, 520, 9531, 198]
     assert tok.decode(ids, skip_special_tokens=False) == CHAT
-    sys_msgs = [{"role": "system", "content": "Be brief."}] + msgs
+    sys_msgs = [{"role": "system", "content": "Be brief."}, *msgs]
     assert tok.apply_chat_template(sys_msgs).startswith("<|im_start|>system\nBe brief.<|im_end|>\n")
     assert not tok.apply_chat_template(msgs, add_generation_prompt=False).endswith("assistant\n")
 
 
 def test_tokenizer_json_directory(tmp_path, tok):
     tok.tk.save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
-        {"chat_template": tok.chat_template, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": tok.chat_template, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"})
+    )
     t2 = Tokenizer.load(str(tmp_path))
     assert t2.encode("The capital of France is") == tok.encode("The capital of France is")
     assert t2.eos_token_ids == (2,) and t2.apply_chat_template([{"role": "user", "content": "x"}]).endswith(
-        "<|im_start|>assistant\n")
+        "<|im_start|>assistant\n"
+    )
     with pytest.raises(FileNotFoundError):
         Tokenizer.load(str(tmp_path / "missing"))

@@ -1,4 +1,5 @@
 """Block manager, arena, scheduler and decode grouping, without a model."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,7 +36,7 @@ def test_block_manager_resize_moves_high_blocks():
     bm = BlockManager(10, 4)
     filler, live = seq(16, "f"), seq(12, "l")
     bm.allocate(filler, 16)
-    bm.allocate(live, 12)                         # [4, 5, 6]
+    bm.allocate(live, 12)  # [4, 5, 6]
     bm.free(filler)
     moves = bm.resize(5, [live])
     assert sorted(moves) == [(5, 0), (6, 1)] and live.block_table == [4, 0, 1]
@@ -47,8 +48,16 @@ def test_block_manager_resize_moves_high_blocks():
 
 
 def test_arena_resize_is_in_place_and_keeps_moved_data():
-    arena = KVArena(num_layers=2, num_kv_heads=1, head_dim=4, block_size=2, num_blocks=4,
-                    total_bytes=4 * 32 * 4 + 256, dtype=torch.float32, device="cpu")
+    arena = KVArena(
+        num_layers=2,
+        num_kv_heads=1,
+        head_dim=4,
+        block_size=2,
+        num_blocks=4,
+        total_bytes=4 * 32 * 4 + 256,
+        dtype=torch.float32,
+        device="cpu",
+    )
     assert arena.block_bytes == 2 * 2 * 2 * 4 * 4 and arena.max_blocks == 6
     ptr = arena.buffer.data_ptr()
     arena.kv[3].fill_(7.0)
@@ -63,14 +72,22 @@ def test_arena_resize_is_in_place_and_keeps_moved_data():
 
 
 def test_arena_gather_uses_scratch_when_it_fits():
-    arena = KVArena(num_layers=1, num_kv_heads=1, head_dim=2, block_size=2, num_blocks=4,
-                    total_bytes=4 * 8 * 4 + 64, dtype=torch.float32, device="cpu")
+    arena = KVArena(
+        num_layers=1,
+        num_kv_heads=1,
+        head_dim=2,
+        block_size=2,
+        num_blocks=4,
+        total_bytes=4 * 8 * 4 + 64,
+        dtype=torch.float32,
+        device="cpu",
+    )
     arena.kv.copy_(torch.arange(32.0).view(arena.kv.shape))
     ids = torch.tensor([2, 0])
     got = arena.gather(arena.k_layers[0], ids, 0)
     assert torch.equal(got, arena.k_layers[0][ids])
     assert got.data_ptr() == arena.scratch.data_ptr()
-    arena.resize(6, [])                                               # no scratch left: allocates
+    arena.resize(6, [])  # no scratch left: allocates
     assert torch.equal(arena.gather(arena.k_layers[0], ids, 1), arena.k_layers[0][ids])
 
 
@@ -82,9 +99,9 @@ def test_scheduler_budget_chunks_and_admission():
         sch.add(s)
     plan = sch.schedule()
     assert [(p.request_id, p.num_tokens) for p in plan.prefills] == [("a", 8)]
-    assert len(a.block_table) == 3                                    # whole prompt reserved
+    assert len(a.block_table) == 3  # whole prompt reserved
     a.num_computed = 8
-    plan = sch.schedule()                                             # a's rest, then b; c over max_num_seqs
+    plan = sch.schedule()  # a's rest, then b; c over max_num_seqs
     assert [(p.request_id, p.num_tokens) for p in plan.prefills] == [("a", 2), ("b", 6)]
     assert sch.num_running == 2 and sch.num_waiting == 1
 
@@ -96,7 +113,7 @@ def test_scheduler_preempts_newest_when_blocks_run_out():
     sch.add(a)
     sch.add(b)
     sch.schedule()
-    for s in (a, b):                                                  # both decoding, blocks full
+    for s in (a, b):  # both decoding, blocks full
         s.num_computed = 8
         s.token_ids.append(1)
     plan = sch.schedule()

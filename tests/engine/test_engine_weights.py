@@ -1,4 +1,5 @@
 """Weight loading: GGUF (dequantisation, llama.cpp's Q/K permutation), config parsing, errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,13 +15,33 @@ from fluidpd.engine.model_config import ModelConfig
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
 
-CFG = ModelConfig(architecture="llama", vocab_size=64, hidden_size=64, intermediate_size=96, num_layers=2,
-                  num_heads=4, num_kv_heads=2, head_dim=16, rms_norm_eps=2.0**-17, rope_theta=10000.0,
-                  max_position_embeddings=128, tie_word_embeddings=True)
-HF_TO_GGUF = {"embed_tokens": "token_embd", "norm": "output_norm", "input_layernorm": "attn_norm",
-              "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate",
-              "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+CFG = ModelConfig(
+    architecture="llama",
+    vocab_size=64,
+    hidden_size=64,
+    intermediate_size=96,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    rms_norm_eps=2.0**-17,
+    rope_theta=10000.0,
+    max_position_embeddings=128,
+    tie_word_embeddings=True,
+)
+HF_TO_GGUF = {
+    "embed_tokens": "token_embd",
+    "norm": "output_norm",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
 
 
 def permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -80,31 +101,32 @@ def test_gguf_names():
 
 def quantisation_error_bound(ref: torch.Tensor, qtype) -> torch.Tensor:
     """Per element, the most |dequantised - ref| can be after `write_gguf` stored `ref` as `qtype`."""
-    if ref.ndim == 1 or qtype == Q.F32:                         # written as F32: exact
+    if ref.ndim == 1 or qtype == Q.F32:  # written as F32: exact
         return torch.zeros_like(ref, dtype=torch.float64)
     x = ref.double()
     u16, u32 = torch.finfo(torch.float16).eps / 2, torch.finfo(torch.float32).eps / 2
-    if qtype == Q.F16:                                          # round to nearest; half a subnormal step below 2**-14
+    if qtype == Q.F16:  # round to nearest; half a subnormal step below 2**-14
         return u16 * x.abs() + torch.finfo(torch.float16).tiny * u16
-    if qtype == Q.BF16:                                         # round to nearest even (gguf.quants.BF16)
+    if qtype == Q.BF16:  # round to nearest even (gguf.quants.BF16)
         return torch.finfo(torch.bfloat16).eps / 2 * x.abs()
-    blocks = x.reshape(-1, 32)                                  # 32 values of a row share a scale d (fp16)
+    blocks = x.reshape(-1, 32)  # 32 values of a row share a scale d (fp16)
     amax = blocks.abs().amax(-1, keepdim=True)
-    if qtype == Q.Q8_0:                                         # q = round(x / d) in [-127, 127], d = amax / 127
+    if qtype == Q.Q8_0:  # q = round(x / d) in [-127, 127], d = amax / 127
         d = amax / 127
         grid = d / 2 + 127 * u16 * d
-    elif qtype == Q.Q4_0:                                       # q in [-8, 7], d = amax / 8: the other sign's
-        d = amax / 8                                            # extreme (8d) is clipped to 7d, a whole step
+    elif qtype == Q.Q4_0:  # q in [-8, 7], d = amax / 8: the other sign's
+        d = amax / 8  # extreme (8d) is clipped to 7d, a whole step
         grid = d + 8 * u16 * d
-    else:                                                       # Q4_1: q in [0, 15], x = q * d + min (both fp16)
+    else:  # Q4_1: q in [0, 15], x = q * d + min (both fp16)
         d = (blocks.amax(-1, keepdim=True) - blocks.amin(-1, keepdim=True)) / 15
         grid = d / 2 + 15 * u16 * d + u16 * blocks.amin(-1, keepdim=True).abs()
     # fp32 rounding: x / d may cross a half step (3 u32 * |q| * d <= 6 u32 * amax), q * d (+ min) 2 u32 * amax
     return (grid + 8 * u32 * amax).expand_as(blocks).reshape(ref.shape)
 
 
-@pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_1, Q.Q4_0],
-                         ids=["F32", "F16", "BF16", "Q8_0", "Q4_1", "Q4_0"])
+@pytest.mark.parametrize(
+    "qtype", [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_1, Q.Q4_0], ids=["F32", "F16", "BF16", "Q8_0", "Q4_1", "Q4_0"]
+)
 def test_gguf_dequantises_and_unpermutes(tmp_path, qtype):
     tensors = random_tensors(CFG, torch.float32, seed=1)
     write_gguf(tmp_path / "m.gguf", tensors, qtype)
@@ -120,8 +142,9 @@ def test_gguf_dequantises_and_unpermutes(tmp_path, qtype):
 def test_gguf_engine_matches_safetensors_engine(tmp_path):
     tensors = random_tensors(CFG, torch.float32, seed=2)
     write_gguf(tmp_path / "m.gguf", tensors)
-    from safetensors.torch import save_file
     import json
+
+    from safetensors.torch import save_file
 
     (tmp_path / "st").mkdir()
     (tmp_path / "st" / "config.json").write_text(json.dumps(CFG.to_hf()))
@@ -149,23 +172,50 @@ def test_missing_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="model not found"):
         LLMEngine(EngineConfig(model=str(tmp_path / "nope.gguf")))
     with pytest.raises(FileNotFoundError):
-        resolve_model(str(tmp_path), "auto")            # empty directory
+        resolve_model(str(tmp_path), "auto")  # empty directory
     (tmp_path / "x.safetensors").write_bytes(b"")
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match=r"config\.json"):
         LLMEngine(EngineConfig(model=str(tmp_path)))
     with pytest.raises(FileNotFoundError):
         LLMEngine(EngineConfig(model="no-such-preset", load_format="dummy"))
 
 
 def test_hf_config_v4_and_v5_spellings():
-    base = dict(architectures=["LlamaForCausalLM"], vocab_size=10, hidden_size=8, intermediate_size=16,
-                num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
-    v4 = ModelConfig.from_hf({**base, "rope_theta": 5e5, "rope_scaling": {
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192}})
-    v5 = ModelConfig.from_hf({**base, "rope_parameters": {
-        "rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})
+    base = dict(
+        architectures=["LlamaForCausalLM"],
+        vocab_size=10,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
+    v4 = ModelConfig.from_hf(
+        {
+            **base,
+            "rope_theta": 5e5,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        }
+    )
+    v5 = ModelConfig.from_hf(
+        {
+            **base,
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "rope_theta": 5e5,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        }
+    )
     assert v4 == v5 and v4.rope_theta == 5e5 and v4.head_dim == 4
     with pytest.raises(ValueError, match="rope scaling"):
         ModelConfig.from_hf({**base, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})

@@ -21,7 +21,13 @@ def test_add_chunk_and_decodes():
 def test_config_validation():
     c = LatencyConfig()
     assert (c.mfu, c.bw_efficiency, c.step_overhead_s) == (0.5, 0.8, 2e-3)
-    for bad in (dict(mfu=0.0), dict(attn_efficiency=1.5), dict(bw_efficiency=-0.1),
-                dict(tp_comm_efficiency=0.0), dict(step_overhead_s=-1e-3), dict(allreduce_latency_s=float("nan"))):
+    for bad in (
+        dict(mfu=0.0),
+        dict(attn_efficiency=1.5),
+        dict(bw_efficiency=-0.1),
+        dict(tp_comm_efficiency=0.0),
+        dict(step_overhead_s=-1e-3),
+        dict(allreduce_latency_s=float("nan")),
+    ):
         with pytest.raises(ValueError):
             LatencyConfig(**bad)

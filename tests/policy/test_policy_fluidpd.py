@@ -1,10 +1,13 @@
 """FluidPD's decision logic, FluidToken invariants and FluidRole transitions in simulation."""
+
+import itertools
+
 import pytest
 from simhelp_policy import run_elastic, setup_70b
 
+from fluidpd.core.metrics import Slo
 from fluidpd.core.polynomial import Polynomial
 from fluidpd.policy import fluidpd as fp
-from fluidpd.core.metrics import Slo
 from fluidpd.policy.costs import CostModel
 from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.policy.fluidpd import FluidPD, FluidTokenOnly
@@ -20,14 +23,14 @@ def test_four_states_and_persistence():
     pol = FluidPD(fluid=CFG, costs=COSTS)
     assert pol.classify(0.0, 0.5, 0.5) == fp.BALANCED
     assert pol.classify(0.1, 1.2, 0.3) == fp.PREFILL_SPIKE
-    assert pol.classify(0.2, 2.0, 0.3) == fp.PREFILL_SPIKE        # deficit not yet persistent
-    assert pol.classify(1.1, 2.0, 0.3) == fp.PREFILL_SPIKE        # 0.9 s
-    assert pol.classify(1.25, 2.0, 0.3) == fp.PREFILL_DEFICIT     # held 1.05 s
-    assert pol.classify(1.3, 0.9, 0.3) == fp.BALANCED              # condition broke: timer resets
+    assert pol.classify(0.2, 2.0, 0.3) == fp.PREFILL_SPIKE  # deficit not yet persistent
+    assert pol.classify(1.1, 2.0, 0.3) == fp.PREFILL_SPIKE  # 0.9 s
+    assert pol.classify(1.25, 2.0, 0.3) == fp.PREFILL_DEFICIT  # held 1.05 s
+    assert pol.classify(1.3, 0.9, 0.3) == fp.BALANCED  # condition broke: timer resets
     assert pol.classify(1.4, 2.0, 0.3) == fp.PREFILL_SPIKE
-    assert pol.classify(2.0, 0.1, 0.95) == fp.BALANCED             # DPI above theta_D_high, not yet held
+    assert pol.classify(2.0, 0.1, 0.95) == fp.BALANCED  # DPI above theta_D_high, not yet held
     assert pol.classify(3.05, 0.1, 0.95) == fp.DECODE_DEFICIT
-    assert pol.classify(3.1, 1.2, 0.9) == fp.OVERLOADED             # prefill spike without decode slack
+    assert pol.classify(3.1, 1.2, 0.9) == fp.OVERLOADED  # prefill spike without decode slack
 
 
 def test_config_validation_and_policy_needs_cost_models():
@@ -112,9 +115,9 @@ def test_prefill_to_decode_adopts_held_kv_and_keeps_one_worker_per_role():
         if c.loop.now >= 8.0 and not c.policy.transitions and not c.policy.forced:
             c.policy.force_role(0, Role.DECODE, c)
             with pytest.raises(ValueError):
-                c.policy.force_role(1, Role.DECODE, c)   # the last prefill worker stays
+                c.policy.force_role(1, Role.DECODE, c)  # the last prefill worker stays
             with pytest.raises(ValueError):
-                c.policy.force_role(2, Role.DECODE, c)   # already decode
+                c.policy.force_role(2, Role.DECODE, c)  # already decode
 
     c = run_elastic(trace, FluidPD, setup_70b(workers=4, prefill=2), hook=force)
     assert c.workers[0].role is Role.DECODE
@@ -133,9 +136,9 @@ def test_no_thrashing_under_an_alternating_workload():
     assert pol.transitions, "the workload should trigger FluidRole"
     for w in range(8):
         starts = sorted(t.began_s for t in pol.transitions if t.worker == w)
-        assert all(b - a >= pol.fluid.tau_residence_s for a, b in zip(starts, starts[1:]))
+        assert all(b - a >= pol.fluid.tau_residence_s for a, b in itertools.pairwise(starts))
     for a, b in zip(pol.transitions, pol.transitions[1:]):
-        assert b.began_s >= a.ended["route"]                  # one transition at a time
+        assert b.began_s >= a.ended["route"]  # one transition at a time
     roles = c.timeline.role
     assert all(row.count("prefill") >= 1 and row.count("decode") >= 1 for row in roles)
     assert len(pol.transitions) <= 30 / pol.fluid.tau_persist_s

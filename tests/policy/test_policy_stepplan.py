@@ -1,4 +1,5 @@
 """The shared step planner and dispatch rules, on real simulator workers."""
+
 import ast
 from pathlib import Path
 
@@ -30,11 +31,11 @@ def test_whole_prompts_fill_l_m_and_long_prompts_run_alone():
 
 
 def test_admission_stops_at_the_first_prompt_whose_blocks_do_not_fit():
-    w = worker(blocks=40)                      # 640 tokens
+    w = worker(blocks=40)  # 640 tokens
     for r in (req(0, 320), req(1, 400), req(2, 16)):
         w.enqueue(r)
     chunks = stepplan.whole_prompts(w, 10_000, 256)
-    assert [r.id for r, _ in chunks] == [0]    # FCFS: no skipping ahead
+    assert [r.id for r, _ in chunks] == [0]  # FCFS: no skipping ahead
     assert stepplan.whole_prompts(w, 10_000, 1) and len(stepplan.whole_prompts(w, 10_000, 1)) == 1
 
 
@@ -70,7 +71,7 @@ def test_routing_rules():
     a.enqueue(req(0, 100))
     b.enqueue(req(1, 30))
     b.enqueue(req(2, 30))
-    assert routing.shortest_queue([a, b, c]) == 1          # fewer queued tokens wins over fewer requests
+    assert routing.shortest_queue([a, b, c]) == 1  # fewer queued tokens wins over fewer requests
     b.routable = False
     assert routing.shortest_queue([a, b, c]) == 0
     d = worker(wid=3, role=Role.DECODE)
@@ -95,8 +96,15 @@ def test_static_split():
 
 
 def test_policy_package_imports_nothing_from_the_worlds():
-    forbidden = ("torch", "fluidpd.sim", "fluidpd.runtime", "fluidpd.engine", "fluidpd.server",
-                 "fluidpd.latency", "numpy")
+    forbidden = (
+        "torch",
+        "fluidpd.sim",
+        "fluidpd.runtime",
+        "fluidpd.engine",
+        "fluidpd.server",
+        "fluidpd.latency",
+        "numpy",
+    )
     root = Path(__file__).resolve().parents[2] / "fluidpd" / "policy"
     files = list(root.glob("*.py"))
     assert files

@@ -1,4 +1,5 @@
 """PPI and DPI exactly as the seed writes them, on real simulator workers."""
+
 import pytest
 
 from fluidpd.core.polynomial import Polynomial
@@ -20,15 +21,15 @@ F_P = Polynomial((0.001, 0.01))  # f_P(s) = 0.001 s + 0.01 (seconds)
 def test_ppi_hand_computation():
     p0, p1 = WorkerState(0, Role.PREFILL, 0, 100), WorkerState(1, Role.PREFILL, 0, 100)
     d = WorkerState(2, Role.DECODE, 0, 100)
-    p0.enqueue(Request(0, 0.0, 1000, 5))   # f=1.01 s, waited 2 s: late by 2 + 1.01 - 1.5 = 1.51
-    p0.enqueue(Request(1, 1.9, 200, 5))    # f=0.21, late by 0.1 + 0.21 - 1.5 < 0
+    p0.enqueue(Request(0, 0.0, 1000, 5))  # f=1.01 s, waited 2 s: late by 2 + 1.01 - 1.5 = 1.51
+    p0.enqueue(Request(1, 1.9, 200, 5))  # f=0.21, late by 0.1 + 0.21 - 1.5 < 0
     r = Request(2, 1.0, 500, 5)
-    r.prefilled = 300                      # remaining 200: f=0.21, late by 1 + 0.21 - 1.5 < 0
+    r.prefilled = 300  # remaining 200: f=0.21, late by 1 + 0.21 - 1.5 < 0
     p1.enqueue(r)
     ppi = prefill_pressure_index(View(2.0, [p0, p1, d]), F_P, slo_ttft_s=1.5)
     work = 1.01 + 0.21 + 0.21
     assert ppi == pytest.approx((work + 1.51) / (2 * 1.5))
-    p1.routable = False                    # a draining worker gives no capacity
+    p1.routable = False  # a draining worker gives no capacity
     assert prefill_pressure_index(View(2.0, [p0, p1, d]), F_P, 1.5) == pytest.approx((work + 1.51) / 1.5)
 
 
@@ -45,7 +46,7 @@ def test_dpi_hand_computation():
     p = WorkerState(2, Role.PREFILL, 0, 100)
     a.step_time_ewma_s, a.kv_blocks_used = 0.030, 50
     b.step_time_ewma_s, b.kv_blocks_used = 0.010, 20
-    p.step_time_ewma_s, p.kv_blocks_used = 1.0, 100       # prefill workers do not count
+    p.step_time_ewma_s, p.kv_blocks_used = 1.0, 100  # prefill workers do not count
     dpi = decode_pressure_index(View(0.0, [a, b, p]), slo_tbt_s=0.04, alpha=0.25)
     b.pull_blocks_pending = 30
     assert decode_pressure_index(View(0.0, [a, b, p]), 0.04, 0.25) == pytest.approx(dpi + 0.75 * 0.15 / 2)
@@ -57,9 +58,9 @@ def test_jitter_guard_is_learned_from_the_tail():
     t = JitterTracker(factor=1.5, quantile=0.999, default_s=0.003, min_samples=100)
     assert t.guard_s == 0.003
     for i in range(10_000):
-        t.observe(0.004 if i % 1000 == 0 else 0.0005)   # 0.1% at 4 ms
+        t.observe(0.004 if i % 1000 == 0 else 0.0005)  # 0.1% at 4 ms
     assert t.tail_s() == pytest.approx(0.0005, rel=0.07)
-    for i in range(100):
+    for _ in range(100):
         t.observe(0.004)
     assert t.tail_s() == pytest.approx(0.004, rel=0.07)
     t.observe(0.0)

@@ -1,5 +1,6 @@
 """Shared by the runtime backend/transfer tests: the real SmolLM2 model, loaded once per process,
 its weights staged once to /dev/shm (so worker processes start in seconds), and step drivers."""
+
 from __future__ import annotations
 
 import atexit
@@ -14,35 +15,45 @@ import torch
 
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.engine import LLMEngine, load_model
+from fluidpd.engine.loaders import load_checkpoint
 from fluidpd.engine.plan import PrefillChunk, StepPlan
 from fluidpd.engine.sampling import SamplingParams
-from fluidpd.engine.loaders import load_checkpoint
 
 torch.set_num_threads(1)
 
 NUM_KV_BLOCKS = 256
-PROMPTS = ["The capital of France is", "Write a haiku about the sea.\nThe waves",
-           "Paged attention keeps each request's keys and values in fixed-size blocks, so memory is "
-           "allocated on demand and freed as soon as a request finishes. A serving system that moves "
-           "requests between workers only has to copy those blocks. In short,"]
+PROMPTS = [
+    "The capital of France is",
+    "Write a haiku about the sea.\nThe waves",
+    "Paged attention keeps each request's keys and values in fixed-size blocks, so memory is "
+    "allocated on demand and freed as soon as a request finishes. A serving system that moves "
+    "requests between workers only has to copy those blocks. In short,",
+]
 MAX_TOKENS = 10
-TINY = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-            num_key_value_heads=2, vocab_size=512)
+TINY = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=512,
+)
 
 
 def tiny_config(**kw) -> EngineConfig:
     """A dummy 2-layer model: a worker process that starts fast (for the process-failure tests)."""
-    return EngineConfig(model="smollm2-135m", load_format="dummy", model_overrides=TINY,
-                        num_kv_blocks=kw.pop("num_kv_blocks", 32), **kw)
+    return EngineConfig(
+        model="smollm2-135m", load_format="dummy", model_overrides=TINY, num_kv_blocks=kw.pop("num_kv_blocks", 32), **kw
+    )
 
 
 @dataclass
 class Smol:
-    config: EngineConfig            # the default SmolLM2 (GGUF) with a small KV pool
-    staged: EngineConfig            # the same weights from a safetensors dir in /dev/shm
+    config: EngineConfig  # the default SmolLM2 (GGUF) with a small KV pool
+    staged: EngineConfig  # the same weights from a safetensors dir in /dev/shm
     model: object
     tokenizer: object
-    reference: LLMEngine            # a plain engine, for expected tokens
+    reference: LLMEngine  # a plain engine, for expected tokens
 
     def prompt_ids(self, i: int) -> list[int]:
         return self.tokenizer.encode(PROMPTS[i])
@@ -64,7 +75,7 @@ def _remove_stale_staging() -> None:
     """Staged weights left by a test process that was killed (its pid is gone)."""
     for d in glob.glob(f"/dev/shm/{STAGE_PREFIX}*"):
         try:
-            pid = int(os.path.basename(d)[len(STAGE_PREFIX):].split("-")[0])
+            pid = int(os.path.basename(d)[len(STAGE_PREFIX) :].split("-")[0])
             os.kill(pid, 0)
         except ProcessLookupError:
             shutil.rmtree(d, ignore_errors=True)

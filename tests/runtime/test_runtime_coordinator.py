@@ -1,4 +1,5 @@
 """The serving runtime end to end: the shared policies drive real engines on the wall clock."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,16 +10,20 @@ import torch
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.engine import LLMEngine, load_model
 from fluidpd.engine.sampling import SamplingParams
-from fluidpd.runtime.api import GenerationRequest
 from fluidpd.policy.base import PolicyConfig
+from fluidpd.runtime.api import GenerationRequest
 from fluidpd.runtime.build import build_coordinator
 from fluidpd.runtime.config import RuntimeConfig
 
 torch.set_num_threads(1)
 
-PROMPTS = ["The capital of France is", "Write a haiku about the sea.\nThe waves",
-           "Paged attention keeps keys and values in fixed-size blocks. In short,",
-           "def fibonacci(n):", "Once upon a time, in a small village by the river,"]
+PROMPTS = [
+    "The capital of France is",
+    "Write a haiku about the sea.\nThe waves",
+    "Paged attention keeps keys and values in fixed-size blocks. In short,",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the river,",
+]
 CONFIG = EngineConfig(num_kv_blocks=192, max_model_len=1024, max_num_seqs=16)
 CACHE: dict = {}
 
@@ -38,16 +43,23 @@ def reference():
 
 
 def coordinator(policy, workers, **kw):
-    runtime = RuntimeConfig(workers=workers, policy=policy, backend="inprocess",
-                            scheduling=PolicyConfig(prefill_workers=1, max_num_seqs=16), **kw)
+    runtime = RuntimeConfig(
+        workers=workers,
+        policy=policy,
+        backend="inprocess",
+        scheduling=PolicyConfig(prefill_workers=1, max_num_seqs=16),
+        **kw,
+    )
     return build_coordinator(CONFIG, runtime, log=lambda m: None, profile=CACHE["profile"])
 
 
 async def serve(coord, ids, max_tokens=12, hook=None):
     await coord.start()
     try:
-        streams = [coord.submit(GenerationRequest(f"r{i}", p, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
-                   for i, p in enumerate(ids)]
+        streams = [
+            coord.submit(GenerationRequest(f"r{i}", p, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
+            for i, p in enumerate(ids)
+        ]
         if hook:
             await hook(coord)
 
@@ -67,7 +79,7 @@ async def serve(coord, ids, max_tokens=12, hook=None):
 
 @pytest.mark.parametrize("policy,workers", [("colocated", 2), ("static-pd", 2), ("fluidpd", 3)])
 def test_every_policy_serves_the_same_greedy_tokens(reference, policy, workers):
-    tok, ids, expected = reference
+    _, ids, expected = reference
     coord = coordinator(policy, workers, tbt_slo_s=0.5)
     results = asyncio.run(serve(coord, ids))
     assert [t for t, _ in results] == expected
@@ -80,7 +92,7 @@ def test_every_policy_serves_the_same_greedy_tokens(reference, policy, workers):
 
 
 def test_forced_fluidrole_switch_under_load_loses_no_token(reference):
-    tok, ids, expected = reference
+    _, ids, expected = reference
     coord = coordinator("fluidpd", 3, tbt_slo_s=0.5)
 
     async def switch(c):
@@ -97,7 +109,6 @@ def test_forced_fluidrole_switch_under_load_loses_no_token(reference):
 
 
 def test_bad_requests_are_refused_with_a_clear_error(reference):
-    tok, ids, _ = reference
     coord = coordinator("static-pd", 2)
 
     async def go():

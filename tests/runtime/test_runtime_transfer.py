@@ -1,6 +1,7 @@
 """KV transfer: the shared-memory transport on its own, and live migrations between workers
 (across processes and in one process) that continue with exactly the single-engine greedy tokens.
 /dev/shm must hold no KV segment afterwards, on success and on every failure path."""
+
 from __future__ import annotations
 
 import os
@@ -8,6 +9,7 @@ import pickle
 
 import pytest
 import torch
+from rtbackend_help import NUM_KV_BLOCKS, decode, smol, start_request
 
 from fluidpd.engine.block_manager import NoFreeBlocksError
 from fluidpd.engine.kv_transfer import KVLayout, KVPayload
@@ -19,7 +21,6 @@ from fluidpd.runtime.transport import get_transport, release
 from fluidpd.runtime.transport.base import KVHandle
 from fluidpd.runtime.transport.local import LocalTransport
 from fluidpd.runtime.transport.shm import HEADER, SharedMemoryTransport, leftover_segments, segment_generation
-from rtbackend_help import NUM_KV_BLOCKS, decode, smol, start_request
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.timeout(180)
@@ -30,13 +31,21 @@ def payload(num_computed: int = 10, layout: KVLayout = LAYOUT, dtype=torch.float
     nb = -(-num_computed // layout.block_size)
     g = torch.Generator().manual_seed(num_computed)
     blocks = torch.randn((nb, *layout.block_shape), generator=g).to(dtype)
-    return KVPayload("r", list(range(1, num_computed + 3)), 5, num_computed, blocks, layout,
-                     SamplingParams(max_tokens=7, temperature=0.8, seed=3),
-                     generator_state=torch.Generator().manual_seed(3).get_state(), num_preemptions=2,
-                     meta={"k": 1})
+    return KVPayload(
+        "r",
+        list(range(1, num_computed + 3)),
+        5,
+        num_computed,
+        blocks,
+        layout,
+        SamplingParams(max_tokens=7, temperature=0.8, seed=3),
+        generator_state=torch.Generator().manual_seed(3).get_state(),
+        num_preemptions=2,
+        meta={"k": 1},
+    )
 
 
-POOL_PID: list[int] = []        # the pooled worker's pid: its free pool segments are not leaks
+POOL_PID: list[int] = []  # the pooled worker's pid: its free pool segments are not leaks
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +60,7 @@ def no_leaks():
 
 # ---------------------------------------------------------------------- the transport alone
 
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_shm_round_trip(dtype):
     t = SharedMemoryTransport()
@@ -58,29 +68,36 @@ def test_shm_round_trip(dtype):
     h = t.send(p)
     assert isinstance(h, KVHandle) and h.name in leftover_segments(os.getpid())
     assert h.nbytes == p.nbytes and h.shape == tuple(p.blocks.shape) and h.payload is None
-    h = pickle.loads(pickle.dumps(h))                     # what crosses the pipe
+    h = pickle.loads(pickle.dumps(h))  # what crosses the pipe
     q = t.receive(h)
     assert torch.equal(q.blocks, p.blocks) and q.blocks.dtype == dtype
-    assert (q.token_ids, q.prompt_len, q.num_computed, q.layout, q.params, q.num_preemptions, q.meta) == \
-        (p.token_ids, p.prompt_len, p.num_computed, p.layout, p.params, p.num_preemptions, p.meta)
+    assert (q.token_ids, q.prompt_len, q.num_computed, q.layout, q.params, q.num_preemptions, q.meta) == (
+        p.token_ids,
+        p.prompt_len,
+        p.num_computed,
+        p.layout,
+        p.params,
+        p.num_preemptions,
+        p.meta,
+    )
     assert torch.equal(q.generator_state, p.generator_state)
     p.blocks.zero_()
-    assert not torch.equal(q.blocks, p.blocks)            # the segment holds its own copy
+    assert not torch.equal(q.blocks, p.blocks)  # the segment holds its own copy
     del q
     t.release(h)
     assert h.name not in leftover_segments() and t.open_segments() == []
-    t.release(h)                                          # idempotent
+    t.release(h)  # idempotent
     release(h)
 
 
 def test_shm_release_without_receive_and_empty_payload():
     t = get_transport("shm")
     h = t.send(payload())
-    release(h)                                            # the coordinator's abort path
+    release(h)  # the coordinator's abort path
     assert h.name not in leftover_segments()
     with pytest.raises(FileNotFoundError):
         t.receive(h)
-    empty = t.send(payload(num_computed=0))               # a request with no KV yet: no segment
+    empty = t.send(payload(num_computed=0))  # a request with no KV yet: no segment
     assert empty.name is None and empty.nbytes == 0
     assert t.receive(empty).blocks.shape[0] == 0
     release(empty)
@@ -90,9 +107,9 @@ def test_shm_release_while_a_view_is_alive():
     t = SharedMemoryTransport()
     h = t.send(payload())
     q = t.receive(h)
-    t.release(h)                                          # the view keeps the mapping, not the name
+    t.release(h)  # the view keeps the mapping, not the name
     assert h.name not in leftover_segments()
-    assert torch.equal(q.blocks, payload().blocks)                # payload() is seeded: the same values
+    assert torch.equal(q.blocks, payload().blocks)  # payload() is seeded: the same values
 
 
 def test_local_transport_and_mismatched_handles():
@@ -122,27 +139,28 @@ def test_pool_reuses_segments_and_detects_stale_handles():
     del q
     peer.release(h1)
     assert owner.pool_segments()[0][2] is False and segment_generation(name) == 0
-    h2 = owner.send(p2)                                    # reuses the same (warm) segment
+    h2 = owner.send(p2)  # reuses the same (warm) segment
     assert h2.name == name and h2.generation != h1.generation and len(owner.pool_segments()) == 1
     with pytest.raises(ValueError, match="stale KV handle"):
         peer.receive(h1)
-    peer.release(h1)                                       # a stale release leaves h2's segment busy
+    peer.release(h1)  # a stale release leaves h2's segment busy
     assert segment_generation(name) == h2.generation
-    h3 = owner.send(p1)                                    # h2 in flight: a second segment
+    h3 = owner.send(p1)  # h2 in flight: a second segment
     assert h3.name != name and len(owner.pool_segments()) == 2
     assert torch.equal(peer.receive(h2).blocks, p2.blocks)
     release(h2)
     release(h3)
-    big = owner.send(payload(20480))                       # 5 MiB, more than the whole pool: one-shot
+    big = owner.send(payload(20480))  # 5 MiB, more than the whole pool: one-shot
     assert big.generation == 0 and big.name not in {n for n, _, _ in owner.pool_segments()}
     release(big)
     owner.close()
     owner.close()
     assert name not in leftover_segments() and owner.pool_segments() == []
-    release(h2)                                            # owner gone: releasing is a no-op
+    release(h2)  # owner gone: releasing is a no-op
 
 
 # ---------------------------------------------------------------------- live migrations
+
 
 @pytest.fixture(scope="module")
 def procs():
@@ -166,7 +184,7 @@ def migrate_mid_decode(a, b, rid: str, prompt_index: int, before: int, max_token
     handle = a.submit("export_kv", rid).result(timeout=60)
     assert handle.num_computed == len(s.prompt_ids(prompt_index)) + before
     assert handle.output_token_ids == toks + more
-    assert a.submit("stats").result(timeout=30).num_used_blocks == 0        # the request left a
+    assert a.submit("stats").result(timeout=30).num_used_blocks == 0  # the request left a
     assert b.submit("import_kv", handle).result(timeout=60) == rid
     rest, done = decode(b, rid, max_tokens)
     assert done
@@ -177,7 +195,7 @@ def test_cross_process_migration_continues_exactly(procs):
     a, b = procs
     s = smol()
     assert migrate_mid_decode(a, b, "m0", 0, before=3) == s.expected(0)
-    assert migrate_mid_decode(b, a, "m2", 2, before=1) == s.expected(2)     # the other way, longer KV
+    assert migrate_mid_decode(b, a, "m2", 2, before=1) == s.expected(2)  # the other way, longer KV
     for w in procs:
         st = w.submit("stats").result(timeout=30)
         assert st.num_used_blocks == 0 and st.num_running == 0
@@ -189,15 +207,15 @@ def test_failed_import_unlinks_segment_and_keeps_the_error(procs):
     start_request(a, "f", s.prompt_ids(2), SamplingParams(max_tokens=10))
     handle = a.submit("export_kv", "f").result(timeout=60)
     assert handle.num_blocks >= 2 and handle.name in leftover_segments()
-    b.submit("resize_kv", 1).result(timeout=30)                  # too few free blocks on b
+    b.submit("resize_kv", 1).result(timeout=30)  # too few free blocks on b
     try:
-        with pytest.raises(NoFreeBlocksError, match="needs .* KV blocks, 1 free"):
+        with pytest.raises(NoFreeBlocksError, match=r"needs .* KV blocks, 1 free"):
             b.submit("import_kv", handle).result(timeout=60)
     finally:
         b.submit("resize_kv", NUM_KV_BLOCKS).result(timeout=30)
     assert handle.name not in leftover_segments()
     st = b.submit("stats").result(timeout=30)
-    assert st.num_used_blocks == 0 and st.num_running == 0        # nothing half-imported
+    assert st.num_used_blocks == 0 and st.num_running == 0  # nothing half-imported
     # a handle that was released (aborted migration) cannot be imported, and leaks nothing
     start_request(a, "g", s.prompt_ids(0), SamplingParams(max_tokens=10))
     h2 = a.submit("export_kv", "g").result(timeout=60)
@@ -208,7 +226,7 @@ def test_failed_import_unlinks_segment_and_keeps_the_error(procs):
 
 def test_import_with_wrong_layout_is_rejected_and_unlinked(procs):
     _, b = procs
-    h = get_transport("shm").send(payload())                      # sent by the coordinator process
+    h = get_transport("shm").send(payload())  # sent by the coordinator process
     with pytest.raises(ValueError, match="layout"):
         b.submit("import_kv", h).result(timeout=30)
     assert h.name not in leftover_segments()
@@ -240,7 +258,7 @@ def test_pooled_handle_from_another_process(procs):
         del moved
         shm.release(one_shot)
         assert b.submit("import_kv", h).result(timeout=60) == "pp"
-        assert pool.pool_segments()[0][2] is False              # b marked it free
+        assert pool.pool_segments()[0][2] is False  # b marked it free
         rest, done = decode(b, "pp", 10)
         assert done and toks + rest == s.expected(2)
     finally:
@@ -249,8 +267,12 @@ def test_pooled_handle_from_another_process(procs):
 
 def test_inprocess_migration_local_and_shm():
     s = smol()
-    ws = [InProcessWorker(i, s.config, model=s.model, tokenizer=s.tokenizer, warmup=False,
-                          transport=("local" if i < 2 else "shm")) for i in range(4)]
+    ws = [
+        InProcessWorker(
+            i, s.config, model=s.model, tokenizer=s.tokenizer, warmup=False, transport=("local" if i < 2 else "shm")
+        )
+        for i in range(4)
+    ]
     start_workers(ws)
     try:
         assert migrate_mid_decode(ws[0], ws[1], "l", 1, before=2) == s.expected(1)

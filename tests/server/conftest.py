@@ -4,6 +4,7 @@ in-process SmolLM2 worker on CPU), uvicorn on a thread.
 Set FLUIDPD_TEST_RUNTIME=module:function to serve another runtime instead (e.g. the multi-worker
 coordinator): the function takes no arguments and returns a ServingRuntime (not started).
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """The OpenAI server over the multi-worker runtime (fluidpd policy, 3 workers), with the admin API."""
+
 from __future__ import annotations
 
 import time
@@ -20,8 +21,14 @@ def cluster_server():
 
     torch.set_num_threads(1)
     config = EngineConfig(model="smollm2", max_model_len=512, num_kv_blocks=128, max_num_seqs=16)
-    runtime = RuntimeConfig(workers=3, policy="fluidpd", backend="inprocess", ttft_slo_s=5.0, tbt_slo_s=0.5,
-                            scheduling=PolicyConfig(prefill_workers=1, max_num_seqs=16))
+    runtime = RuntimeConfig(
+        workers=3,
+        policy="fluidpd",
+        backend="inprocess",
+        ttft_slo_s=5.0,
+        tbt_slo_s=0.5,
+        scheduling=PolicyConfig(prefill_workers=1, max_num_seqs=16),
+    )
     coord = build_coordinator(config, runtime, "smollm2", log=lambda m: None)
     with BackgroundServer(build_app(coord)) as srv:
         srv.runtime = coord
@@ -34,8 +41,11 @@ def test_completions_stream_and_not_through_the_cluster(cluster_server):
     c = openai.OpenAI(base_url=cluster_server.url + "/v1", api_key="none", max_retries=0, timeout=300)
     out = c.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=8, temperature=0)
     assert "Paris" in out.choices[0].text and out.usage.completion_tokens == 8
-    chunks = list(c.completions.create(model="smollm2", prompt="The capital of France is", max_tokens=8,
-                                       temperature=0, stream=True))
+    chunks = list(
+        c.completions.create(
+            model="smollm2", prompt="The capital of France is", max_tokens=8, temperature=0, stream=True
+        )
+    )
     assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == out.choices[0].text
 
 
@@ -45,8 +55,12 @@ def test_admin_cluster_state_and_forced_role_switch(cluster_server):
     assert state["policy"] == "fluidpd" and len(state["workers"]) == 3
     assert [w["role"] for w in state["workers"]] == ["prefill", "decode", "decode"]
     # as `curl -X POST .../v1/admin/workers/2/role -d '{"role": "prefill"}'` sends it
-    r = httpx.post(f"{base}/v1/admin/workers/2/role", content=b'{"role": "prefill"}',
-                   headers={"content-type": "application/x-www-form-urlencoded"}, timeout=30)
+    r = httpx.post(
+        f"{base}/v1/admin/workers/2/role",
+        content=b'{"role": "prefill"}',
+        headers={"content-type": "application/x-www-form-urlencoded"},
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
     assert r.json()["worker"] == 2 and r.json()["role"] == "prefill"
     bad = httpx.post(f"{base}/v1/admin/workers/1/role", json={"role": "sideways"}, timeout=30)
@@ -71,6 +85,7 @@ def test_admin_cluster_state_and_forced_role_switch(cluster_server):
 def test_the_cluster_serves_exactly_its_model_name(cluster_server):
     base = cluster_server.url
     assert [m["id"] for m in httpx.get(f"{base}/v1/models", timeout=30).json()["data"]] == ["smollm2"]
-    r = httpx.post(f"{base}/v1/completions", json={"model": "SmolLM2-135M-Instruct", "prompt": "Hi", "max_tokens": 1},
-                   timeout=30)
+    r = httpx.post(
+        f"{base}/v1/completions", json={"model": "SmolLM2-135M-Instruct", "prompt": "Hi", "max_tokens": 1}, timeout=30
+    )
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"

@@ -1,4 +1,5 @@
 """Incremental detokenization: partial UTF-8 held back, stop strings held back and cut."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,7 +7,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def tok(served):
-    return served.runtime.tokenizer     # the served model's (loading a GGUF tokenizer alone is slow)
+    return served.runtime.tokenizer  # the served model's (loading a GGUF tokenizer alone is slow)
 
 
 def _stream(tok, prompt, text, stop=(), include=False, reason="length"):

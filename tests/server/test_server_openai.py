@@ -1,4 +1,5 @@
 """The OpenAI API through the official `openai` client against a real server (SmolLM2 on CPU)."""
+
 from __future__ import annotations
 
 import httpx
@@ -52,8 +53,9 @@ def test_chat_streaming_and_not(served, client, model):
     assert r.object == "chat.completion"
     assert r.choices[0].message.role == "assistant" and r.choices[0].message.content
     assert r.usage.prompt_tokens == len(_tok(served).encode_chat(msgs))
-    chunks = list(client.chat.completions.create(model=model, messages=msgs, max_completion_tokens=8,
-                                                 temperature=0, stream=True))
+    chunks = list(
+        client.chat.completions.create(model=model, messages=msgs, max_completion_tokens=8, temperature=0, stream=True)
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == r.choices[0].message.content
@@ -62,17 +64,27 @@ def test_chat_streaming_and_not(served, client, model):
 
 def test_stop_strings_cut_the_text(client, model):
     base = client.completions.create(model=model, prompt=PROMPT, max_tokens=6, temperature=0)
-    text = base.choices[0].text            # " Paris.\n\nThe ..." for SmolLM2
+    text = base.choices[0].text  # " Paris.\n\nThe ..." for SmolLM2
     assert "." in text
     r = client.completions.create(model=model, prompt=PROMPT, max_tokens=6, temperature=0, stop=["."])
     assert r.choices[0].finish_reason == "stop"
-    assert r.choices[0].text == text[:text.index(".")]
-    streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model=model, prompt=PROMPT, max_tokens=6, temperature=0, stop=".", stream=True))
+    assert r.choices[0].text == text[: text.index(".")]
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(
+            model=model, prompt=PROMPT, max_tokens=6, temperature=0, stop=".", stream=True
+        )
+    )
     assert streamed == r.choices[0].text
-    kept = client.completions.create(model=model, prompt=PROMPT, max_tokens=6, temperature=0, stop=["."],
-                                     extra_body={"include_stop_str_in_output": True})
-    assert kept.choices[0].text == text[:text.index(".") + 1]
+    kept = client.completions.create(
+        model=model,
+        prompt=PROMPT,
+        max_tokens=6,
+        temperature=0,
+        stop=["."],
+        extra_body={"include_stop_str_in_output": True},
+    )
+    assert kept.choices[0].text == text[: text.index(".") + 1]
 
 
 def test_seed_makes_sampling_reproducible(client, model):
@@ -83,8 +95,9 @@ def test_seed_makes_sampling_reproducible(client, model):
 
 
 def test_completion_logprobs(client, model):
-    r = client.completions.create(model=model, prompt=PROMPT, max_tokens=3, temperature=0, logprobs=2,
-                                  extra_body={"ignore_eos": True})
+    r = client.completions.create(
+        model=model, prompt=PROMPT, max_tokens=3, temperature=0, logprobs=2, extra_body={"ignore_eos": True}
+    )
     lp = r.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 3
     assert all(x <= 0 for x in lp.token_logprobs)
@@ -93,22 +106,31 @@ def test_completion_logprobs(client, model):
 
 
 def test_chat_logprobs(client, model):
-    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}],
-                                       max_tokens=2, temperature=0, logprobs=True, top_logprobs=3)
+    r = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=2,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+    )
     content = r.choices[0].logprobs.content
     assert len(content) == r.usage.completion_tokens
     assert all(len(c.top_logprobs) == 3 for c in content)
 
 
-@pytest.mark.parametrize("bad, param", [
-    ({"max_tokens": 0}, "max_tokens"),
-    ({"top_p": 0}, "top_p"),
-    ({"temperature": 2.5}, "temperature"),
-    ({"n": 2}, "n"),
-    ({"prompt": "LONG"}, "prompt"),
-    ({"max_tokens": "LONG"}, "max_tokens"),
-    ({"stop": [""]}, "stop"),
-])
+@pytest.mark.parametrize(
+    "bad, param",
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"top_p": 0}, "top_p"),
+        ({"temperature": 2.5}, "temperature"),
+        ({"n": 2}, "n"),
+        ({"prompt": "LONG"}, "prompt"),
+        ({"max_tokens": "LONG"}, "max_tokens"),
+        ({"stop": [""]}, "stop"),
+    ],
+)
 def test_bad_parameters_are_400_with_openai_bodies(served, client, bad, param, model):
     kw = dict(model=model, prompt="hi", max_tokens=2)
     kw.update(bad)
@@ -142,15 +164,18 @@ def test_models_lists_exactly_the_served_name(served, client):
     assert models[0].model_extra["max_model_len"] == served.runtime.max_model_len
 
 
-@pytest.mark.parametrize("path, body", [
-    ("/v1/completions", {"prompt": PROMPT, "max_tokens": 1}),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}),
-    ("/tokenize", {"prompt": PROMPT}),
-    ("/detokenize", {"tokens": [1, 2]}),
-])
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/completions", {"prompt": PROMPT, "max_tokens": 1}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}),
+        ("/tokenize", {"prompt": PROMPT}),
+        ("/detokenize", {"tokens": [1, 2]}),
+    ],
+)
 def test_only_the_served_name_is_accepted(served, model, path, body):
     url = served.url + path
-    assert httpx.post(url, json=body, timeout=60).status_code == 200                  # no `model`: the served one
+    assert httpx.post(url, json=body, timeout=60).status_code == 200  # no `model`: the served one
     assert httpx.post(url, json={**body, "model": model}, timeout=60).status_code == 200
     others = {"smollm2", "gpt-4o", model.lower(), model.upper(), f"models/{model}", f"{model}.gguf", f" {model}"}
     for other in sorted(others - {model}):

@@ -1,4 +1,5 @@
 """Metrics, admin, health, validation errors, disconnects and engine failures over HTTP."""
+
 from __future__ import annotations
 
 import re
@@ -8,11 +9,21 @@ import httpx
 import openai
 import pytest
 
-NAMES = ["fluidpd:time_to_first_token_seconds", "fluidpd:inter_token_latency_seconds",
-         "fluidpd:e2e_request_latency_seconds", "fluidpd:num_requests_running", "fluidpd:num_requests_waiting",
-         "fluidpd:kv_cache_usage_perc", "fluidpd:prefill_pressure_index", "fluidpd:decode_pressure_index",
-         "fluidpd:worker_role", "fluidpd:role_transitions_total", "fluidpd:prompt_tokens_total",
-         "fluidpd:generation_tokens_total", "fluidpd:request_success_total"]
+NAMES = [
+    "fluidpd:time_to_first_token_seconds",
+    "fluidpd:inter_token_latency_seconds",
+    "fluidpd:e2e_request_latency_seconds",
+    "fluidpd:num_requests_running",
+    "fluidpd:num_requests_waiting",
+    "fluidpd:kv_cache_usage_perc",
+    "fluidpd:prefill_pressure_index",
+    "fluidpd:decode_pressure_index",
+    "fluidpd:worker_role",
+    "fluidpd:role_transitions_total",
+    "fluidpd:prompt_tokens_total",
+    "fluidpd:generation_tokens_total",
+    "fluidpd:request_success_total",
+]
 
 
 def _metric(text: str, name: str, labels: str = "") -> float:
@@ -40,8 +51,7 @@ def test_health(served):
 
 def test_metrics_names_and_ttft_count_grows(served, client, model):
     before = httpx.get(served.url + "/metrics").text
-    client.completions.create(model=model, prompt="Hello", max_tokens=3, temperature=0,
-                              extra_body={"ignore_eos": True})
+    client.completions.create(model=model, prompt="Hello", max_tokens=3, temperature=0, extra_body={"ignore_eos": True})
     after = httpx.get(served.url + "/metrics").text
     for name in NAMES:
         assert re.search(rf"^{re.escape(name)}(_bucket|_count|_sum)?[{{ ]", after, re.M), name
@@ -64,15 +74,21 @@ def test_admin_cluster_and_role_switch(served):
     assert r.status_code == 400 and r.json()["error"]["param"] == "role"
 
 
-@pytest.mark.parametrize("headers", [{"content-type": "application/x-www-form-urlencoded"},   # curl -d
-                                     {"content-type": "text/plain"}, {}])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"content-type": "application/x-www-form-urlencoded"},  # curl -d
+        {"content-type": "text/plain"},
+        {},
+    ],
+)
 def test_admin_role_body_is_json_whatever_the_content_type(served, headers):
     worker = httpx.get(served.url + "/v1/admin/cluster").json()["workers"][0]["id"]
     url = f"{served.url}/v1/admin/workers/{worker}/role"
     r = httpx.post(url, content=b'{"role": "boss"}', headers=headers)
     assert r.status_code == 400 and r.json()["error"]["param"] == "role" and "boss" in r.json()["error"]["message"]
     r = httpx.post(url, content=b'{"role": "decode"}', headers=headers)
-    if r.status_code != 200:      # a runtime that cannot switch says so itself (a single colocated worker)
+    if r.status_code != 200:  # a runtime that cannot switch says so itself (a single colocated worker)
         assert r.status_code == 400 and r.json()["error"]["param"] == "role", r.text
         assert "JSON" not in r.json()["error"]["message"]
 
@@ -86,11 +102,16 @@ def test_admin_role_switch_of_an_unknown_worker_is_404(served, worker):
     assert f"no worker {worker}" in err["message"]
 
 
-@pytest.mark.parametrize("content, says", [(b"role=decode", "not valid JSON"), (b"", "empty"),
-                                           (b'["decode"]', "JSON object"), (b"{}", "role")])
+@pytest.mark.parametrize(
+    "content, says",
+    [(b"role=decode", "not valid JSON"), (b"", "empty"), (b'["decode"]', "JSON object"), (b"{}", "role")],
+)
 def test_admin_role_body_that_is_not_a_role_object_is_400(served, content, says):
-    r = httpx.post(served.url + "/v1/admin/workers/0/role", content=content,
-                   headers={"content-type": "application/x-www-form-urlencoded"})
+    r = httpx.post(
+        served.url + "/v1/admin/workers/0/role",
+        content=content,
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
     assert r.status_code == 400 and says in r.json()["error"]["message"], r.text
 
 
@@ -118,17 +139,15 @@ def test_tokenize_endpoint(served):
 
 def test_stream_disconnect_aborts_the_request(served, model):
     before = httpx.get(served.url + "/metrics").text
-    body = {"model": model, "prompt": "Tell me a long story.", "max_tokens": 300, "ignore_eos": True,
-            "stream": True}
-    with httpx.Client(timeout=60) as http:
-        with http.stream("POST", served.url + "/v1/completions", json=body) as resp:
-            assert resp.status_code == 200
-            seen = 0
-            for line in resp.iter_lines():
-                if line.startswith("data:"):
-                    seen += 1
-                    if seen == 2:
-                        break
+    body = {"model": model, "prompt": "Tell me a long story.", "max_tokens": 300, "ignore_eos": True, "stream": True}
+    with httpx.Client(timeout=60) as http, http.stream("POST", served.url + "/v1/completions", json=body) as resp:
+        assert resp.status_code == 200
+        seen = 0
+        for line in resp.iter_lines():
+            if line.startswith("data:"):
+                seen += 1
+                if seen == 2:
+                    break
     snap = _idle(served.runtime)
     assert (snap["num_requests_running"], snap["num_requests_waiting"]) == (0, 0)
     after = httpx.get(served.url + "/metrics").text
@@ -145,7 +164,7 @@ def test_non_stream_disconnect_aborts_the_request(served, model):
 
 
 def test_engine_failure_fails_requests_visibly_and_the_runtime_carries_on(served, client, monkeypatch, model):
-    engine = served.runtime.backends[0].engine        # the in-process worker's engine
+    engine = served.runtime.backends[0].engine  # the in-process worker's engine
 
     def broken_step(plan):
         raise RuntimeError("simulated device fault")
@@ -160,6 +179,6 @@ def test_engine_failure_fails_requests_visibly_and_the_runtime_carries_on(served
     monkeypatch.undo()
     assert httpx.get(served.url + "/health").status_code == 200
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=3, temperature=0)
-    assert r.choices[0].text       # the runtime serves again
+    assert r.choices[0].text  # the runtime serves again
     snap = _idle(served.runtime)
     assert all(u == 0 for u in snap["kv_cache_usage"].values())

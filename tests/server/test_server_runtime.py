@@ -1,4 +1,5 @@
 """The one-worker runtime through the ServingRuntime protocol, without HTTP (on the server's event loop)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -15,7 +16,9 @@ def local(served):
     def run(coro_fn, timeout_s: float = 60.0):
         async def wrapped():
             return await coro_fn(rt)
+
         return asyncio.run_coroutine_threadsafe(wrapped(), rt.cluster.loop.aloop).result(timeout_s)
+
     return rt, run
 
 
@@ -40,7 +43,7 @@ def test_submit_streams_tokens_and_finishes(local):
 
 
 def test_submit_rejects_what_can_never_run(local):
-    rt, run = local
+    _, run = local
 
     async def go(rt):
         errors = []
@@ -57,11 +60,14 @@ def test_submit_rejects_what_can_never_run(local):
 
 
 def test_abort_ends_the_stream(local):
-    rt, run = local
+    _, run = local
 
     async def go(rt):
-        stream = rt.submit(GenerationRequest("lr-abort", rt.tokenizer.encode("Tell me a story"),
-                                             _params(max_tokens=200, ignore_eos=True)))
+        stream = rt.submit(
+            GenerationRequest(
+                "lr-abort", rt.tokenizer.encode("Tell me a story"), _params(max_tokens=200, ignore_eos=True)
+            )
+        )
         events = []
         async for e in stream:
             events.append(e)

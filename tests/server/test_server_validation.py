@@ -1,4 +1,5 @@
 """Bad request bodies over HTTP: each is a 400 naming the field, and the server serves the next request."""
+
 from __future__ import annotations
 
 import httpx
@@ -22,12 +23,14 @@ def _error(r: httpx.Response, param: str | None) -> dict:
 
 
 def _still_serves(served) -> None:
-    r = httpx.post(served.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 2, "temperature": 0},
-                   timeout=60)
+    r = httpx.post(
+        served.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 2, "temperature": 0}, timeout=60
+    )
     assert r.status_code == 200 and r.json()["choices"][0]["text"], r.text
 
 
 # ---------------------------------------------------------------------- bodies and Content-Type
+
 
 @pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain", None])
 def test_a_json_body_is_json_whatever_the_content_type(served, content_type):
@@ -37,16 +40,19 @@ def test_a_json_body_is_json_whatever_the_content_type(served, content_type):
     assert r.status_code == 200 and r.json()["tokens"] == served.runtime.tokenizer.encode("Paris")
 
 
-@pytest.mark.parametrize("content, says", [
-    (b"prompt=hi&max_tokens=2", "not valid JSON"),
-    (b'{"prompt": "hi",', "not valid JSON"),
-    (b'{"prompt": "hi", "temperature": NaN}', "NaN is not a JSON value"),
-    (b"", "empty"),
-    (b'"hi"', "JSON object"),
-    (b"[1, 2]", "JSON object"),
-    (b"\xff\xfe\xfa", "JSON"),
-    (b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (b"prompt=hi&max_tokens=2", "not valid JSON"),
+        (b'{"prompt": "hi",', "not valid JSON"),
+        (b'{"prompt": "hi", "temperature": NaN}', "NaN is not a JSON value"),
+        (b"", "empty"),
+        (b'"hi"', "JSON object"),
+        (b"[1, 2]", "JSON object"),
+        (b"\xff\xfe\xfa", "JSON"),
+        (b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+    ],
+)
 def test_a_body_that_is_not_a_json_object_is_400(served, content, says):
     err = _error(_post(served, "/v1/completions", content, "application/x-www-form-urlencoded"), None)
     assert says in err["message"]
@@ -55,21 +61,38 @@ def test_a_body_that_is_not_a_json_object_is_400(served, content, says):
 
 # ---------------------------------------------------------------------- lone surrogates
 
-@pytest.mark.parametrize("path, content, param, where", [
-    ("/v1/completions", b'{"prompt": "hi \\ud800 there", "max_tokens": 2}', "prompt", "prompt"),
-    ("/v1/completions", b'{"prompt": ["\\udfff"], "max_tokens": 2}', "prompt", "prompt.0"),
-    ("/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "stop": ["ok", "\\ud800"]}', "stop", "stop.1"),
-    ("/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "model": "\\ud800"}', "model", "model"),
-    ("/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "user": "\\udc00"}', "user", "user"),
-    ("/v1/completions", b'{"prompt": "\xed\xa0\x80", "max_tokens": 2}', "prompt", "prompt"),   # as raw bytes
-    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\ud83d"}], "max_tokens": 2}',
-     "messages", "messages.0.content"),
-    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "a\\ud800"}]}]}',
-     "messages", "messages.0.content.0.text"),
-    ("/v1/chat/completions", b'{"messages": [{"role": "\\ud800", "content": "hi"}]}', "messages", "messages.0.role"),
-    ("/tokenize", b'{"prompt": "\\ud800"}', "prompt", "prompt"),
-    ("/tokenize", b'{"messages": [{"role": "user", "content": "\\ude00"}]}', "messages", "messages.0.content"),
-])
+
+@pytest.mark.parametrize(
+    "path, content, param, where",
+    [
+        ("/v1/completions", b'{"prompt": "hi \\ud800 there", "max_tokens": 2}', "prompt", "prompt"),
+        ("/v1/completions", b'{"prompt": ["\\udfff"], "max_tokens": 2}', "prompt", "prompt.0"),
+        ("/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "stop": ["ok", "\\ud800"]}', "stop", "stop.1"),
+        ("/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "model": "\\ud800"}', "model", "model"),
+        ("/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "user": "\\udc00"}', "user", "user"),
+        ("/v1/completions", b'{"prompt": "\xed\xa0\x80", "max_tokens": 2}', "prompt", "prompt"),  # as raw bytes
+        (
+            "/v1/chat/completions",
+            b'{"messages": [{"role": "user", "content": "\\ud83d"}], "max_tokens": 2}',
+            "messages",
+            "messages.0.content",
+        ),
+        (
+            "/v1/chat/completions",
+            b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "a\\ud800"}]}]}',
+            "messages",
+            "messages.0.content.0.text",
+        ),
+        (
+            "/v1/chat/completions",
+            b'{"messages": [{"role": "\\ud800", "content": "hi"}]}',
+            "messages",
+            "messages.0.role",
+        ),
+        ("/tokenize", b'{"prompt": "\\ud800"}', "prompt", "prompt"),
+        ("/tokenize", b'{"messages": [{"role": "user", "content": "\\ude00"}]}', "messages", "messages.0.content"),
+    ],
+)
 def test_a_lone_surrogate_is_400_naming_the_field(served, path, content, param, where):
     err = _error(_post(served, path, content), param)
     assert err["message"].startswith(f"{where} is not valid Unicode"), err
@@ -78,7 +101,7 @@ def test_a_lone_surrogate_is_400_naming_the_field(served, path, content, param, 
 
 def test_a_surrogate_pair_is_valid_unicode(served):
     r = _post(served, "/tokenize", b'{"prompt": "rocket \\ud83d\\ude80"}')
-    assert r.status_code == 200 and r.json()["tokens"] == served.runtime.tokenizer.encode("rocket \U0001F680")
+    assert r.status_code == 200 and r.json()["tokens"] == served.runtime.tokenizer.encode("rocket \U0001f680")
 
 
 def test_a_lone_surrogate_in_a_key_is_400_naming_it_escaped(served):
@@ -89,12 +112,14 @@ def test_a_lone_surrogate_in_a_key_is_400_naming_it_escaped(served):
 
 # ---------------------------------------------------------------------- token ids
 
+
 def test_vocab_size_is_smollm2s(served):
     assert served.runtime.tokenizer.vocab_size == 49152
 
 
-@pytest.mark.parametrize("prompt, bad", [([49152], 49152), ([999999], 999999), ([-1, 5], -1), ([5, 2**40], 2**40),
-                                         ([[7, 49152]], 49152)])
+@pytest.mark.parametrize(
+    "prompt, bad", [([49152], 49152), ([999999], 999999), ([-1, 5], -1), ([5, 2**40], 2**40), ([[7, 49152]], 49152)]
+)
 def test_out_of_vocabulary_token_ids_are_400(served, prompt, bad):
     r = httpx.post(served.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=60)
     err = _error(r, "prompt")
@@ -117,17 +142,33 @@ def test_detokenize_out_of_vocabulary_is_400(served, tokens):
 # ---------------------------------------------------------------------- sampling parameters
 
 COMPLETION_ERRORS = [
-    ("max_tokens", 0), ("max_tokens", -5),
-    ("temperature", -0.5), ("temperature", 2.5), ("temperature", "nan"), ("temperature", "inf"),
-    ("top_p", 0), ("top_p", 1.01), ("top_p", -1),
-    ("top_k", -2), ("top_k", 1.5),
-    ("seed", 2**64), ("seed", -(2**63) - 1),
-    ("stop", ""), ("stop", [""]), ("stop", ["ok", ""]),
+    ("max_tokens", 0),
+    ("max_tokens", -5),
+    ("temperature", -0.5),
+    ("temperature", 2.5),
+    ("temperature", "nan"),
+    ("temperature", "inf"),
+    ("top_p", 0),
+    ("top_p", 1.01),
+    ("top_p", -1),
+    ("top_k", -2),
+    ("top_k", 1.5),
+    ("seed", 2**64),
+    ("seed", -(2**63) - 1),
+    ("stop", ""),
+    ("stop", [""]),
+    ("stop", ["ok", ""]),
     ("stop_token_ids", ["x"]),
-    ("logprobs", -1), ("logprobs", 21),
+    ("logprobs", -1),
+    ("logprobs", 21),
     ("ignore_eos", "maybe"),
-    ("n", 2), ("best_of", 3), ("presence_penalty", 0.5), ("frequency_penalty", -1), ("logit_bias", {"5": 1}),
-    ("echo", True), ("suffix", "x"),
+    ("n", 2),
+    ("best_of", 3),
+    ("presence_penalty", 0.5),
+    ("frequency_penalty", -1),
+    ("logit_bias", {"5": 1}),
+    ("echo", True),
+    ("suffix", "x"),
 ]
 
 
@@ -160,14 +201,17 @@ def test_every_chat_sampling_error_is_400_naming_the_param(served, extra, param)
     assert param in err["message"]
 
 
-@pytest.mark.parametrize("path, body, param", [
-    ("/v1/completions", {"prompt": "hi", "max_tokens": "MAX"}, "max_tokens"),
-    ("/v1/completions", {"prompt": "hi", "max_tokens": 10**30}, "max_tokens"),
-    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": "MAX"}, "max_tokens"),
-    ("/v1/chat/completions", {"messages": CHAT, "max_completion_tokens": "MAX"}, "max_completion_tokens"),
-    ("/v1/completions", {"prompt": "LONG", "max_tokens": 1}, "prompt"),
-    ("/v1/chat/completions", {"messages": "LONG"}, "messages"),
-])
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        ("/v1/completions", {"prompt": "hi", "max_tokens": "MAX"}, "max_tokens"),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 10**30}, "max_tokens"),
+        ("/v1/chat/completions", {"messages": CHAT, "max_tokens": "MAX"}, "max_tokens"),
+        ("/v1/chat/completions", {"messages": CHAT, "max_completion_tokens": "MAX"}, "max_completion_tokens"),
+        ("/v1/completions", {"prompt": "LONG", "max_tokens": 1}, "prompt"),
+        ("/v1/chat/completions", {"messages": "LONG"}, "messages"),
+    ],
+)
 def test_too_many_tokens_is_context_length_exceeded(served, path, body, param):
     n = served.runtime.max_model_len
     long = "hello " * (n + 10)
@@ -180,11 +224,21 @@ def test_too_many_tokens_is_context_length_exceeded(served, path, body, param):
     assert "maximum context length" in err["message"]
 
 
-@pytest.mark.parametrize("extra", [
-    {"temperature": 2.0, "seed": 7}, {"temperature": 0}, {"top_p": 1.0, "top_k": -1}, {"top_k": 0},
-    {"seed": -1, "temperature": 1.0}, {"seed": 2**64 - 1, "temperature": 1.0}, {"seed": -(2**63), "temperature": 1.0},
-    {"logprobs": 20}, {"logprobs": 0}, {"stop": "x", "stop_token_ids": [5]},
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"temperature": 2.0, "seed": 7},
+        {"temperature": 0},
+        {"top_p": 1.0, "top_k": -1},
+        {"top_k": 0},
+        {"seed": -1, "temperature": 1.0},
+        {"seed": 2**64 - 1, "temperature": 1.0},
+        {"seed": -(2**63), "temperature": 1.0},
+        {"logprobs": 20},
+        {"logprobs": 0},
+        {"stop": "x", "stop_token_ids": [5]},
+    ],
+)
 def test_the_edges_of_the_ranges_are_accepted(served, extra):
     r = httpx.post(served.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 1, **extra}, timeout=60)
     assert r.status_code == 200, r.text

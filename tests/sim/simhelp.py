@@ -1,4 +1,5 @@
 """Builders for small simulated clusters used across the simulator tests."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -16,8 +17,13 @@ from fluidpd.workload.trace import Trace
 
 def setup_8b(workers: int = 4, **sim_kw) -> Setup:
     sim = SimConfig(n_workers=workers, **sim_kw)
-    return Setup(get_model("llama-3.1-8b", "bf16"), get_hardware("h100"), Slo(1.0, 0.05), sim,
-                 PolicyConfig(prefill_workers=1, prefill_batch_tokens=512))
+    return Setup(
+        get_model("llama-3.1-8b", "bf16"),
+        get_hardware("h100"),
+        Slo(1.0, 0.05),
+        sim,
+        PolicyConfig(prefill_workers=1, prefill_batch_tokens=512),
+    )
 
 
 def cluster(trace: Trace, policy: str, setup: Setup, kv_blocks: int | None = None) -> SimCluster:
@@ -25,8 +31,16 @@ def cluster(trace: Trace, policy: str, setup: Setup, kv_blocks: int | None = Non
     roofline = setup.roofline()
     metrics = MetricsCollector(setup.slo, finished=[])
     blocks = kv_blocks if kv_blocks is not None else setup.kv_blocks(roofline)
-    return SimCluster(trace, make_policy(policy, setup.policy), roofline.step_time,
-                      setup.model.kv_bytes_per_token, blocks, setup.network(), metrics, setup.sim)
+    return SimCluster(
+        trace,
+        make_policy(policy, setup.policy),
+        roofline.step_time,
+        setup.model.kv_bytes_per_token,
+        blocks,
+        setup.network(),
+        metrics,
+        setup.sim,
+    )
 
 
 def trace(arrivals, prompts, outputs, name="t") -> Trace:

@@ -1,12 +1,24 @@
 """`fluidpd simulate` as a user runs it."""
+
 import json
 import subprocess
 import sys
 
 import pytest
 
-BASE = ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100", "--workers", "4",
-        "--ttft-slo", "1", "--tbt-slo", "0.05"]
+BASE = [
+    "simulate",
+    "--model",
+    "llama-3.1-8b",
+    "--gpu",
+    "h100",
+    "--workers",
+    "4",
+    "--ttft-slo",
+    "1",
+    "--tbt-slo",
+    "0.05",
+]
 
 
 def fluidpd(*args):
@@ -15,13 +27,38 @@ def fluidpd(*args):
 
 def test_writes_json_rows_with_the_documented_keys_and_plots(tmp_path):
     out = tmp_path / "r.json"
-    p = fluidpd(*BASE, "--trace", "azure_code", "--duration", "120", "--policy", "colocated,static-pd",
-                "--prefill-workers", "1", "--out", str(out), "--plot", str(tmp_path / "plots"))
+    p = fluidpd(
+        *BASE,
+        "--trace",
+        "azure_code",
+        "--duration",
+        "120",
+        "--policy",
+        "colocated,static-pd",
+        "--prefill-workers",
+        "1",
+        "--out",
+        str(out),
+        "--plot",
+        str(tmp_path / "plots"),
+    )
     assert p.returncode == 0, p.stderr
     rows = json.loads(out.read_text())
     assert [r["policy"] for r in rows] == ["colocated", "static-pd"]
-    keys = {"policy", "requests", "completed", "attainment", "strict_attainment", "ttft_p50_s", "ttft_p99_s",
-            "tbt_p50_s", "tbt_p99_s", "tpot_mean_s", "throughput_tok_s", "sim_wall_s"}
+    keys = {
+        "policy",
+        "requests",
+        "completed",
+        "attainment",
+        "strict_attainment",
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "tbt_p50_s",
+        "tbt_p99_s",
+        "tpot_mean_s",
+        "throughput_tok_s",
+        "sim_wall_s",
+    }
     for r in rows:
         assert keys <= r.keys()
         assert r["requests"] > 50 and r["completed"] == r["requests"]
@@ -32,20 +69,24 @@ def test_writes_json_rows_with_the_documented_keys_and_plots(tmp_path):
 
 def test_goodput_flag_adds_the_rate_scale(tmp_path):
     out = tmp_path / "g.json"
-    p = fluidpd(*BASE, "--trace", "azure_code", "--duration", "60", "--policy", "chunked", "--goodput",
-                "--out", str(out))
+    p = fluidpd(
+        *BASE, "--trace", "azure_code", "--duration", "60", "--policy", "chunked", "--goodput", "--out", str(out)
+    )
     assert p.returncode == 0, p.stderr
     (row,) = json.loads(out.read_text())
     assert row["goodput_rate_scale"] > 0
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--trace", "azure_code", "--policy", "nope"], "unknown policy"),
-    (["--trace", "no_such_trace", "--policy", "chunked"], "no_such_trace"),
-    (["--trace", "/tmp/definitely/missing.csv", "--policy", "chunked"], "missing.csv"),
-    (["--trace", "azure_code", "--policy", "chunked", "--rate-scale", "-1"], "must be > 0"),
-    (["--trace", "azure_code", "--policy", "static-pd", "--prefill-workers", "4"], "prefill workers"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--trace", "azure_code", "--policy", "nope"], "unknown policy"),
+        (["--trace", "no_such_trace", "--policy", "chunked"], "no_such_trace"),
+        (["--trace", "/tmp/definitely/missing.csv", "--policy", "chunked"], "missing.csv"),
+        (["--trace", "azure_code", "--policy", "chunked", "--rate-scale", "-1"], "must be > 0"),
+        (["--trace", "azure_code", "--policy", "static-pd", "--prefill-workers", "4"], "prefill workers"),
+    ],
+)
 def test_bad_arguments_give_a_message_and_exit_2(args, message):
     p = fluidpd(*BASE, *args)
     assert p.returncode == 2
@@ -54,6 +95,23 @@ def test_bad_arguments_give_a_message_and_exit_2(args, message):
 
 
 def test_weights_that_do_not_fit_are_a_clear_error():
-    p = fluidpd("simulate", "--model", "llama-3.3-70b", "--dtype", "bf16", "--gpu", "h100", "--workers", "2",
-                "--ttft-slo", "1", "--tbt-slo", "0.05", "--trace", "azure_code", "--policy", "chunked")
+    p = fluidpd(
+        "simulate",
+        "--model",
+        "llama-3.3-70b",
+        "--dtype",
+        "bf16",
+        "--gpu",
+        "h100",
+        "--workers",
+        "2",
+        "--ttft-slo",
+        "1",
+        "--tbt-slo",
+        "0.05",
+        "--trace",
+        "azure_code",
+        "--policy",
+        "chunked",
+    )
     assert p.returncode == 2 and "do not fit" in p.stderr

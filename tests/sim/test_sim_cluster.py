@@ -1,4 +1,5 @@
 """End-to-end behaviour of the simulated cluster under the baseline policies."""
+
 import math
 
 import numpy as np
@@ -122,8 +123,19 @@ def test_summary_keys_and_sane_values():
     for key in ("policy",):
         assert key in r.row()
     s = r.summary
-    for key in ("requests", "completed", "attainment", "strict_attainment", "ttft_p50_s", "ttft_p99_s",
-                "tbt_p50_s", "tbt_p99_s", "tpot_mean_s", "throughput_tok_s", "sim_wall_s"):
+    for key in (
+        "requests",
+        "completed",
+        "attainment",
+        "strict_attainment",
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "tbt_p50_s",
+        "tbt_p99_s",
+        "tpot_mean_s",
+        "throughput_tok_s",
+        "sim_wall_s",
+    ):
         assert key in s and not (isinstance(s[key], float) and math.isnan(s[key]))
     assert 0 <= s["strict_attainment"] <= 1 and 0 <= s["attainment"] <= 1
     assert s["ttft_p99_s"] >= s["ttft_p50_s"] and s["tbt_p99_s"] >= s["tbt_p50_s"]

@@ -48,29 +48,35 @@ def test_onoff_by_count():
     assert len(t) == 5000 and (np.diff(t) >= 0).all() and (t % 5.0 < 1.0).all()
 
 
-@pytest.mark.parametrize("make", [
-    lambda s: poisson(3.0, n=1000, seed=s),
-    lambda s: gamma(3.0, 2.0, duration_s=300.0, seed=s),
-    lambda s: onoff(3.0, 1.0, 1.0, n=1000, seed=s),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: poisson(3.0, n=1000, seed=s),
+        lambda s: gamma(3.0, 2.0, duration_s=300.0, seed=s),
+        lambda s: onoff(3.0, 1.0, 1.0, n=1000, seed=s),
+    ],
+)
 def test_seeding(make):
     np.testing.assert_array_equal(make(7), make(7))
     a, b = make(7), make(8)
     assert len(a) != len(b) or not np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("call", [
-    lambda: poisson(0.0, n=10),
-    lambda: poisson(-1.0, n=10),
-    lambda: poisson(1.0),
-    lambda: poisson(1.0, n=10, duration_s=5.0),
-    lambda: poisson(1.0, n=-1),
-    lambda: poisson(1.0, duration_s=float("inf")),
-    lambda: gamma(1.0, -0.5, n=10),
-    lambda: onoff(1.0, 0.0, 1.0, n=10),
-    lambda: onoff(1.0, 1.0, -1.0, n=10),
-    lambda: arrival_times("weibull", 1.0, n=10),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: poisson(0.0, n=10),
+        lambda: poisson(-1.0, n=10),
+        lambda: poisson(1.0),
+        lambda: poisson(1.0, n=10, duration_s=5.0),
+        lambda: poisson(1.0, n=-1),
+        lambda: poisson(1.0, duration_s=float("inf")),
+        lambda: gamma(1.0, -0.5, n=10),
+        lambda: onoff(1.0, 0.0, 1.0, n=10),
+        lambda: onoff(1.0, 1.0, -1.0, n=10),
+        lambda: arrival_times("weibull", 1.0, n=10),
+    ],
+)
 def test_bad_arguments(call):
     with pytest.raises(ValueError):
         call()

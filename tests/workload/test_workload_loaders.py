@@ -4,8 +4,16 @@ import json
 import numpy as np
 import pytest
 
-from fluidpd.workload import (load_azure, load_claude_code, load_csv_trace, load_length_trace, load_lengths,
-                              load_mooncake, spread_steps, trace_dir)
+from fluidpd.workload import (
+    load_azure,
+    load_claude_code,
+    load_csv_trace,
+    load_length_trace,
+    load_lengths,
+    load_mooncake,
+    spread_steps,
+    trace_dir,
+)
 
 
 @pytest.fixture(scope="module")
@@ -13,10 +21,13 @@ def claude():
     return load_claude_code(concurrency=64.0, seed=0)
 
 
-@pytest.mark.parametrize("kind,rows,duration,prompt_mean,output_mean", [
-    ("code", 8819, 3435.95, 2047.85, 27.88),
-    ("conv", 19366, 3501.72, 1154.70, 211.13),
-])
+@pytest.mark.parametrize(
+    "kind,rows,duration,prompt_mean,output_mean",
+    [
+        ("code", 8819, 3435.95, 2047.85, 27.88),
+        ("conv", 19366, 3501.72, 1154.70, 211.13),
+    ],
+)
 def test_azure(kind, rows, duration, prompt_mean, output_mean):
     t = load_azure(kind=kind)
     assert t.name == f"azure_{kind}" and len(t) == rows
@@ -30,10 +41,13 @@ def test_azure_timestamps_keep_sub_millisecond_precision():
     assert t.arrival_s[1] == pytest.approx(0.052, abs=1e-9)  # 18:17:04.0319600 - 18:17:03.9799600
 
 
-@pytest.mark.parametrize("kind,rows,duration,prompt_mean,output_mean,blocks", [
-    ("conversation", 12031, 3537.0, 12035.06, 342.62, 288_500),
-    ("synthetic", 3993, 1022.0, 15325.48, 149.12, 121_877),
-])
+@pytest.mark.parametrize(
+    "kind,rows,duration,prompt_mean,output_mean,blocks",
+    [
+        ("conversation", 12031, 3537.0, 12035.06, 342.62, 288_500),
+        ("synthetic", 3993, 1022.0, 15325.48, 149.12, 121_877),
+    ],
+)
 def test_mooncake(kind, rows, duration, prompt_mean, output_mean, blocks):
     t = load_mooncake(kind=kind)
     assert len(t) == rows and t.duration_s == pytest.approx(duration, abs=0.5)
@@ -93,10 +107,24 @@ def test_claude_code_mean_concurrency_matches_request(tmp_path):
     sessions = tmp_path / "claude_code_sessions.csv"
     sessions.write_text("trace,duration_s\n" + "".join(f"s{i},100.0\n" for i in range(400)))
     reqs = tmp_path / "req.jsonl"
-    reqs.write_text("".join(
-        json.dumps({"trace": f"s{i}", "t_s": float(t), "input_tokens": 100, "output_tokens": 0,
-                    "prefix_hit_blocks": 1, "block_size": 64, "hash_runs": [[1, 2], [10, 1]]}) + "\n"
-        for i in range(400) for t in (0, 100)))
+    reqs.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "trace": f"s{i}",
+                    "t_s": float(t),
+                    "input_tokens": 100,
+                    "output_tokens": 0,
+                    "prefix_hit_blocks": 1,
+                    "block_size": 64,
+                    "hash_runs": [[1, 2], [10, 1]],
+                }
+            )
+            + "\n"
+            for i in range(400)
+            for t in (0, 100)
+        )
+    )
     t = load_claude_code(reqs, concurrency=5.0, seed=0, with_hashes=True, uncached_only=True)
     assert len(t) == 800 and t.prompt_len.max() == 36 and t.output_len.min() == 1
     assert 400 * 100.0 / t.duration_s == pytest.approx(5.0, rel=0.15)
@@ -105,11 +133,14 @@ def test_claude_code_mean_concurrency_matches_request(tmp_path):
     assert len({int(h[0]) for h in t.hash_ids}) == 400  # ids made unique per session
 
 
-@pytest.mark.parametrize("kind,rows,prompt_mean,output_mean", [
-    ("sharegpt", 30731, 2340.03, 438.71),
-    ("arxiv_sum", 28257, 2588.08, 291.43),
-    ("bwb", 33768, 1067.18, 1612.83),
-])
+@pytest.mark.parametrize(
+    "kind,rows,prompt_mean,output_mean",
+    [
+        ("sharegpt", 30731, 2340.03, 438.71),
+        ("arxiv_sum", 28257, 2588.08, 291.43),
+        ("bwb", 33768, 1067.18, 1612.83),
+    ],
+)
 def test_length_only(kind, rows, prompt_mean, output_mean):
     prompt, output = load_lengths(kind=kind)
     assert len(prompt) == len(output) == rows
@@ -131,35 +162,39 @@ def test_length_trace_resampled_by_duration():
 def test_env_var_overrides_trace_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("FLUIDPD_TRACE_DIR", str(tmp_path))
     assert trace_dir() == tmp_path
-    (tmp_path / "azure_conv_2023.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                                                  "2024-01-01 00:00:01.5,10,0\n2024-01-01 00:00:00.5,20,5\n")
+    (tmp_path / "azure_conv_2023.csv").write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-01-01 00:00:01.5,10,0\n2024-01-01 00:00:00.5,20,5\n"
+    )
     t = load_azure()
     np.testing.assert_array_equal(t.arrival_s, [0.0, 1.0])  # sorted and re-based
     np.testing.assert_array_equal(t.prompt_len, [20, 10])
     np.testing.assert_array_equal(t.output_len, [5, 1])  # zero output clipped to one
-    with pytest.raises(FileNotFoundError, match="azure_code_2023.csv"):
+    with pytest.raises(FileNotFoundError, match=r"azure_code_2023\.csv"):
         load_azure(kind="code")
 
 
 @pytest.mark.parametrize("loader", [load_azure, load_mooncake, load_claude_code, load_lengths, load_csv_trace])
 def test_missing_file_names_it(tmp_path, loader):
     missing = tmp_path / "nope.data"
-    with pytest.raises(FileNotFoundError, match="nope.data"):
+    with pytest.raises(FileNotFoundError, match=r"nope\.data"):
         loader(missing)
 
 
 AZ = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,10,5\n"
 
 
-@pytest.mark.parametrize("text,line,what", [
-    (AZ + "2023-11-16 18:17:04.0,abc,5\n", 3, "ContextTokens"),
-    (AZ + "\n2023-11-16 18:17:04.0,10\n", 4, "fields"),
-    (AZ + "2023-11-16 18:17:04.0,10,5\nnot-a-time,1,1\n", 4, "TIMESTAMP"),
-    (AZ + "2023-11-16 18:17:04.0,0,5\n", 3, "prompt length"),
-    (AZ + "2023-11-16 18:17:04.0,10,-2\n", 3, "output length"),
-    (AZ + "2023-11-16 18:17:04.0,10,2.5\n", 3, "whole"),
-    ("TIMESTAMP,ContextTokens\n", 1, "GeneratedTokens"),
-])
+@pytest.mark.parametrize(
+    "text,line,what",
+    [
+        (AZ + "2023-11-16 18:17:04.0,abc,5\n", 3, "ContextTokens"),
+        (AZ + "\n2023-11-16 18:17:04.0,10\n", 4, "fields"),
+        (AZ + "2023-11-16 18:17:04.0,10,5\nnot-a-time,1,1\n", 4, "TIMESTAMP"),
+        (AZ + "2023-11-16 18:17:04.0,0,5\n", 3, "prompt length"),
+        (AZ + "2023-11-16 18:17:04.0,10,-2\n", 3, "output length"),
+        (AZ + "2023-11-16 18:17:04.0,10,2.5\n", 3, "whole"),
+        ("TIMESTAMP,ContextTokens\n", 1, "GeneratedTokens"),
+    ],
+)
 def test_malformed_azure_rows(tmp_path, text, line, what):
     p = tmp_path / "az.csv"
     p.write_text(text)
@@ -167,13 +202,16 @@ def test_malformed_azure_rows(tmp_path, text, line, what):
         load_azure(p)
 
 
-@pytest.mark.parametrize("bad,what", [
-    ('{"timestamp": 5, "input_length": 10, "output_length": 1, "hash_ids": [0]', "invalid JSON"),
-    ('{"timestamp": 5, "input_length": "10", "output_length": 1, "hash_ids": [0]}', "input_length"),
-    ('{"timestamp": 5, "input_length": 10, "output_length": 1}', "hash_ids"),
-    ('{"timestamp": 5, "input_length": 0, "output_length": 1, "hash_ids": []}', "prompt length"),
-    ('[1, 2]', "JSON object"),
-])
+@pytest.mark.parametrize(
+    "bad,what",
+    [
+        ('{"timestamp": 5, "input_length": 10, "output_length": 1, "hash_ids": [0]', "invalid JSON"),
+        ('{"timestamp": 5, "input_length": "10", "output_length": 1, "hash_ids": [0]}', "input_length"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 1}', "hash_ids"),
+        ('{"timestamp": 5, "input_length": 0, "output_length": 1, "hash_ids": []}', "prompt length"),
+        ("[1, 2]", "JSON object"),
+    ],
+)
 def test_malformed_mooncake_rows(tmp_path, bad, what):
     good = '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n'
     p = tmp_path / "mc.jsonl"
@@ -185,22 +223,24 @@ def test_malformed_mooncake_rows(tmp_path, bad, what):
 def test_malformed_claude_rows(tmp_path):
     (tmp_path / "claude_code_sessions.csv").write_text("trace,duration_s\na,10\n")
     p = tmp_path / "cc.jsonl.gz"
-    rows = [{"trace": "a", "t_s": 0, "input_tokens": 5, "output_tokens": 1},
-            {"trace": "zzz", "t_s": 1, "input_tokens": 5, "output_tokens": 1}]
+    rows = [
+        {"trace": "a", "t_s": 0, "input_tokens": 5, "output_tokens": 1},
+        {"trace": "zzz", "t_s": 1, "input_tokens": 5, "output_tokens": 1},
+    ]
     with gzip.open(p, "wt") as f:
         f.write("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(ValueError, match="cc.jsonl.gz: line 2: session 'zzz'"):
+    with pytest.raises(ValueError, match=r"cc\.jsonl\.gz: line 2: session 'zzz'"):
         load_claude_code(p)
 
 
 def test_malformed_length_and_simple_rows(tmp_path):
     p = tmp_path / "len.csv"
     p.write_text("num_prefill_tokens,num_decode_tokens\n5,5\n7,\n")
-    with pytest.raises(ValueError, match="len.csv: line 3: num_decode_tokens"):
+    with pytest.raises(ValueError, match=r"len\.csv: line 3: num_decode_tokens"):
         load_lengths(p)
     q = tmp_path / "simple.csv"
     q.write_text("arrival_s,prompt_len,output_len\n0.5,10,2\n-1,3,3\n")
-    with pytest.raises(ValueError, match="simple.csv: line 3: arrival_s"):
+    with pytest.raises(ValueError, match=r"simple\.csv: line 3: arrival_s"):
         load_csv_trace(q)
 
 
@@ -214,7 +254,10 @@ def test_simple_csv_trace(tmp_path):
 
 
 def test_unknown_kinds():
-    for call in (lambda: load_azure(kind="chat"), lambda: load_mooncake(kind="toolagent"),
-                 lambda: load_lengths(kind="lmsys")):
+    for call in (
+        lambda: load_azure(kind="chat"),
+        lambda: load_mooncake(kind="toolagent"),
+        lambda: load_lengths(kind="lmsys"),
+    ):
         with pytest.raises(ValueError, match="valid"):
             call()

@@ -35,6 +35,7 @@ def test_seed_reaches_random_loaders():
 
 def test_paths_are_detected_by_format(tmp_path):
     from fluidpd.workload import trace_dir
+
     d = trace_dir()
     assert len(load_trace(d / "azure_conv_2023.csv")) == 19366
     assert load_trace(str(d / "mooncake_synthetic.jsonl")).hash_block_size == 512
@@ -58,7 +59,7 @@ def test_unknown_formats_and_names(tmp_path):
         load_trace(odd_json)
     with pytest.raises(ValueError, match="valid names: azure_conv, azure_code"):
         load_trace("lmsys")
-    with pytest.raises(FileNotFoundError, match="missing.csv"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.csv"):
         load_trace(tmp_path / "missing.csv")
     with pytest.raises(ValueError):
         load_trace("azure_conv", rate=0.0)
@@ -68,5 +69,14 @@ def test_unknown_formats_and_names(tmp_path):
 
 def test_names_are_consistent_with_loaders():
     assert load_trace("azure_conv").name == load_azure(kind="conv").name == "azure_conv"
-    assert TRACES.names() == ("azure_conv", "azure_code", "mooncake_conv", "mooncake_synth", "claude_code",
-                           "sharegpt", "arxiv_sum", "bwb", "phase_shift")
+    assert TRACES.names() == (
+        "azure_conv",
+        "azure_code",
+        "mooncake_conv",
+        "mooncake_synth",
+        "claude_code",
+        "sharegpt",
+        "arxiv_sum",
+        "bwb",
+        "phase_shift",
+    )

@@ -1,15 +1,11 @@
-import time
-
 import numpy as np
 import pytest
 
 from fluidpd.workload import fixed_lengths, load_azure, phase_shift, resample, sample_lengths, synthetic
 
 
-def test_million_request_trace_builds_fast():
-    t0 = time.perf_counter()
+def test_million_request_trace():  # its build time is part of benchmarks/sim_speed.py
     t = synthetic(1_000_000, 200.0, ("lognormal", 1024, 1.0, 32_000), ("uniform", 1, 512), seed=0)
-    assert time.perf_counter() - t0 < 3.0
     assert len(t) == 1_000_000 and t.mean_rate == pytest.approx(200.0, rel=0.01)
     assert t.prompt_len.mean() == pytest.approx(1024, rel=0.02) and t.prompt_len.max() <= 32_000
     assert t.output_len.min() >= 1 and t.output_len.max() <= 512
@@ -38,7 +34,7 @@ def test_sample_lengths_specs():
     ln = sample_lengths(("lognormal", 300, 0.5), 100_000, rng)
     assert ln.mean() == pytest.approx(300, rel=0.02) and ln.min() >= 1
     for bad in (0, ("uniform", 5, 3), ("uniform", 0, 3), ("lognormal", 0, 1), ("normal", 1, 2), "x", True):
-        with pytest.raises(ValueError, match="length spec|constant length"):
+        with pytest.raises(ValueError, match=r"length spec|constant length"):
             sample_lengths(bad, 3, rng)
 
 

@@ -19,15 +19,18 @@ def test_empty_trace_has_zero_duration_and_rate():
     assert len(t) == 0 and t.duration_s == 0.0 and t.mean_rate == 0.0
 
 
-@pytest.mark.parametrize("arrival,prompt,output,match", [
-    ([0, 1], [1], [1, 1], "equal length"),
-    ([1, 0], [1, 1], [1, 1], "sorted"),
-    ([-1, 0], [1, 1], [1, 1], ">= 0"),
-    ([0, np.nan], [1, 1], [1, 1], "finite"),
-    ([0, 1], [0, 1], [1, 1], ">= 1"),
-    ([0, 1], [1, 1], [1, 0], ">= 1"),
-    ([0, 1], [1.5, 1], [1, 1], "whole"),
-])
+@pytest.mark.parametrize(
+    "arrival,prompt,output,match",
+    [
+        ([0, 1], [1], [1, 1], "equal length"),
+        ([1, 0], [1, 1], [1, 1], "sorted"),
+        ([-1, 0], [1, 1], [1, 1], ">= 0"),
+        ([0, np.nan], [1, 1], [1, 1], "finite"),
+        ([0, 1], [0, 1], [1, 1], ">= 1"),
+        ([0, 1], [1, 1], [1, 0], ">= 1"),
+        ([0, 1], [1.5, 1], [1, 1], "whole"),
+    ],
+)
 def test_invalid_traces_are_rejected(arrival, prompt, output, match):
     with pytest.raises(ValueError, match=match):
         Trace("bad", arrival, prompt, output)

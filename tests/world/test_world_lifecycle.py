@@ -1,5 +1,6 @@
 """The request lifecycle's invariants on a tiny deterministic world (no latency model, no engine):
 every accepted request ends exactly once, with exactly its tokens, and every KV block is freed."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,12 +9,19 @@ from tinyworld import TinyWorld, requests
 from fluidpd.core.request import Request
 from fluidpd.policy.view import Role
 
-CASES = [("colocated", 1), ("colocated", 3), ("chunked", 2), ("static-pd", 2), ("static-pd", 4), ("fluidtoken", 3),
-         ("fluidpd", 4)]
+CASES = [
+    ("colocated", 1),
+    ("colocated", 3),
+    ("chunked", 2),
+    ("static-pd", 2),
+    ("static-pd", 4),
+    ("fluidtoken", 3),
+    ("fluidpd", 4),
+]
 
 
 def assert_clean(world: TinyWorld, reqs: list[Request]) -> None:
-    assert sorted(world.ended) == sorted(r.id for r in reqs)          # each request ended exactly once
+    assert sorted(world.ended) == sorted(r.id for r in reqs)  # each request ended exactly once
     assert world.outstanding == 0
     for w in world.workers:
         assert w.kv_blocks_used == 0 and w.pull_blocks_pending == 0
@@ -46,7 +54,7 @@ def test_preemption_by_recompute_in_a_small_pool_loses_no_token():
 
 def test_a_request_that_can_never_fit_is_rejected_alone():
     reqs = requests(4)
-    reqs.append(Request(99, 0.001, 2000, 10))             # 2010 tokens > 64 blocks x 16
+    reqs.append(Request(99, 0.001, 2000, 10))  # 2010 tokens > 64 blocks x 16
     world = TinyWorld("static-pd", 2, kv_blocks=64)
     world.arrive(reqs)
     world.run()
@@ -55,7 +63,7 @@ def test_a_request_that_can_never_fit_is_rejected_alone():
 
 
 @pytest.mark.parametrize("policy,workers", [("colocated", 1), ("chunked", 2), ("static-pd", 3), ("fluidpd", 3)])
-@pytest.mark.parametrize("at_token", [0, 5])   # refused at its prefill, or in the middle of its decode
+@pytest.mark.parametrize("at_token", [0, 5])  # refused at its prefill, or in the middle of its decode
 def test_a_refused_request_fails_alone_and_the_rest_complete(policy, workers, at_token):
     reqs = requests(20)
     world = TinyWorld(policy, workers, kv_blocks=64, refuse={3: at_token, 11: at_token})
@@ -71,7 +79,7 @@ def test_drop_takes_a_request_out_of_every_state():
     world = TinyWorld("static-pd", 2, kv_blocks=64)
     reqs = requests(6, prompt=40, output=200)
     world.arrive(reqs)
-    world.run(until=0.05)                                 # some decode, some wait
+    world.run(until=0.05)  # some decode, some wait
     p, d = world.workers
     live = [r for r in reqs if not r.finished]
     assert live and any(r.id in d.decoding for r in live)
@@ -84,7 +92,7 @@ def test_drop_takes_a_request_out_of_every_state():
 
 
 def test_forced_role_switch_migrates_live_requests_without_losing_a_token():
-    reqs = requests(30, prompt=40, output=600, gap_s=0.001)   # ~0.7 s of decode: longer than the drain waits
+    reqs = requests(30, prompt=40, output=600, gap_s=0.001)  # ~0.7 s of decode: longer than the drain waits
     world = TinyWorld("fluidpd", 4, kv_blocks=512)
     world.arrive(reqs)
     world.run(until=0.02)

@@ -5,6 +5,7 @@ Requests arrive at given times. `refuse` maps request ids to a token count: ever
 runs such a request once it has generated that many tokens fails (as an engine that refused it
 would make it), to exercise `World.step_failed`.
 """
+
 from __future__ import annotations
 
 from fluidpd.core.metrics import MetricsCollector, Slo
@@ -24,15 +25,24 @@ COSTS = CostModel(SLO, Polynomial((1e-5, 1e-3)), Polynomial((1e-5, 1e-3)))
 class TinyWorld(World):
     """A World on a virtual clock whose steps cost a fixed formula."""
 
-    def __init__(self, policy: str, workers: int, kv_blocks: int, *, prefill_workers: int = 1,
-                 refuse: dict[int, int] | None = None, block_size: int = 16):
+    def __init__(
+        self,
+        policy: str,
+        workers: int,
+        kv_blocks: int,
+        *,
+        prefill_workers: int = 1,
+        refuse: dict[int, int] | None = None,
+        block_size: int = 16,
+    ):
         config = PolicyConfig(prefill_workers=prefill_workers, prefill_batch_tokens=256, chunk_budget=64)
         pol = make_policy(policy, config, costs=COSTS if POLICIES.get(policy).needs_costs else None)
-        super().__init__(pol, 1.0, kv_blocks, MetricsCollector(SLO, finished=[]), workers, block_size,
-                         lambda i: 0, EventLoop())
+        super().__init__(
+            pol, 1.0, kv_blocks, MetricsCollector(SLO, finished=[]), workers, block_size, lambda i: 0, EventLoop()
+        )
         self.refuse = refuse or {}
         self.failures: list[tuple[int, str]] = []
-        self.ended: list[int] = []            # every request id, once per end (finish, failure, rejection)
+        self.ended: list[int] = []  # every request id, once per end (finish, failure, rejection)
         self.last_arrival = 0.0
         if pol.uses_tick:
             self.loop.at(0.0, EventKind.CONTROL, self._control)

@@ -3,6 +3,7 @@
 Each returns a `Checkpoint`: the model's shape (`ModelConfig`), its tensors under Hugging Face
 Llama names ("model.layers.0.self_attn.q_proj.weight", ...), and where its tokenizer lives.
 """
+
 from __future__ import annotations
 
 import glob
@@ -54,8 +55,13 @@ def resolve_model(model: str, load_format: str) -> tuple[str, str]:
     raise FileNotFoundError(f"no *.safetensors or single *.gguf in directory {model!r}")
 
 
-def load_checkpoint(model: str, load_format: str = "auto", dtype: torch.dtype = torch.float32,
-                    seed: int = 0, overrides: dict[str, Any] | None = None) -> Checkpoint:
+def load_checkpoint(
+    model: str,
+    load_format: str = "auto",
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+) -> Checkpoint:
     """The checkpoint `model` names, read by the loader registered for its (resolved) format."""
     path, fmt = resolve_model(model, load_format)
     return LOADERS.build(fmt, path, dtype, seed=seed, overrides=overrides or {})

@@ -3,6 +3,7 @@
 A loader is `load(path, dtype, *, seed, overrides) -> Checkpoint`; `seed` and `overrides`
 (Hugging Face config keys) only shape dummy weights, the file formats ignore them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -21,10 +22,10 @@ class Checkpoint:
 
     config: ModelConfig
     tensors: dict[str, torch.Tensor]
-    tokenizer_source: str | None = None     # a .gguf file, a tokenizer.json, or a directory
+    tokenizer_source: str | None = None  # a .gguf file, a tokenizer.json, or a directory
     rope_freqs: torch.Tensor | None = None  # llama3 GGUFs store the rope scaling as a tensor
     meta: dict[str, Any] = field(default_factory=dict)
-    tokenizer: Any = None                   # built from the same GGUF reader (saves a second parse)
+    tokenizer: Any = None  # built from the same GGUF reader (saves a second parse)
 
 
 Loader = Callable[..., Checkpoint]

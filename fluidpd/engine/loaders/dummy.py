@@ -1,4 +1,5 @@
 """Dummy (random) weights in a preset's, a GGUF's or a config.json's shape: no checkpoint needed."""
+
 from __future__ import annotations
 
 import os
@@ -11,29 +12,83 @@ from fluidpd.engine.loaders.gguf import gguf_model_config
 from fluidpd.engine.model_config import ModelConfig, read_hf_config
 
 DUMMY_PRESETS: dict[str, dict[str, Any]] = {
-    "smollm2-135m": dict(architectures=["LlamaForCausalLM"], vocab_size=49152, hidden_size=576,
-                         intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                         num_key_value_heads=3, rope_theta=100000.0, max_position_embeddings=8192,
-                         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
-    "smollm2-360m": dict(architectures=["LlamaForCausalLM"], vocab_size=49152, hidden_size=960,
-                         intermediate_size=2560, num_hidden_layers=32, num_attention_heads=15,
-                         num_key_value_heads=5, rope_theta=100000.0, max_position_embeddings=8192,
-                         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
-    "llama-3.2-1b": dict(architectures=["LlamaForCausalLM"], vocab_size=128256, hidden_size=2048,
-                         intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                         num_key_value_heads=8, head_dim=64, rope_theta=500000.0,
-                         rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
-                                           high_freq_factor=4.0, original_max_position_embeddings=8192),
-                         max_position_embeddings=131072, tie_word_embeddings=True,
-                         bos_token_id=128000, eos_token_id=128009),
-    "qwen2.5-0.5b": dict(architectures=["Qwen2ForCausalLM"], vocab_size=151936, hidden_size=896,
-                         intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, rope_theta=1000000.0, max_position_embeddings=32768,
-                         tie_word_embeddings=True, rms_norm_eps=1e-6, eos_token_id=151645),
-    "llama-3-8b": dict(architectures=["LlamaForCausalLM"], vocab_size=128256, hidden_size=4096,
-                       intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                       num_key_value_heads=8, rope_theta=500000.0, max_position_embeddings=8192,
-                       bos_token_id=128000, eos_token_id=128009),
+    "smollm2-135m": dict(
+        architectures=["LlamaForCausalLM"],
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        rope_theta=100000.0,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
+    "smollm2-360m": dict(
+        architectures=["LlamaForCausalLM"],
+        vocab_size=49152,
+        hidden_size=960,
+        intermediate_size=2560,
+        num_hidden_layers=32,
+        num_attention_heads=15,
+        num_key_value_heads=5,
+        rope_theta=100000.0,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
+    "llama-3.2-1b": dict(
+        architectures=["LlamaForCausalLM"],
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        rope_theta=500000.0,
+        rope_scaling=dict(
+            rope_type="llama3",
+            factor=32.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=8192,
+        ),
+        max_position_embeddings=131072,
+        tie_word_embeddings=True,
+        bos_token_id=128000,
+        eos_token_id=128009,
+    ),
+    "qwen2.5-0.5b": dict(
+        architectures=["Qwen2ForCausalLM"],
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        rope_theta=1000000.0,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-6,
+        eos_token_id=151645,
+    ),
+    "llama-3-8b": dict(
+        architectures=["LlamaForCausalLM"],
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        rope_theta=500000.0,
+        max_position_embeddings=8192,
+        bos_token_id=128000,
+        eos_token_id=128009,
+    ),
 }
 
 
@@ -64,19 +119,27 @@ def random_tensors(cfg: ModelConfig, dtype: torch.dtype, seed: int) -> dict[str,
         shapes["lm_head.weight"] = (cfg.vocab_size, h)
     for n in range(cfg.num_layers):
         p = f"model.layers.{n}."
-        shapes.update({
-            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (cfg.num_heads * d, h),
-            p + "self_attn.k_proj.weight": (cfg.num_kv_heads * d, h),
-            p + "self_attn.v_proj.weight": (cfg.num_kv_heads * d, h),
-            p + "self_attn.o_proj.weight": (h, cfg.num_heads * d),
-            p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h),
-            p + "mlp.down_proj.weight": (h, i),
-        })
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (h,),
+                p + "post_attention_layernorm.weight": (h,),
+                p + "self_attn.q_proj.weight": (cfg.num_heads * d, h),
+                p + "self_attn.k_proj.weight": (cfg.num_kv_heads * d, h),
+                p + "self_attn.v_proj.weight": (cfg.num_kv_heads * d, h),
+                p + "self_attn.o_proj.weight": (h, cfg.num_heads * d),
+                p + "mlp.gate_proj.weight": (i, h),
+                p + "mlp.up_proj.weight": (i, h),
+                p + "mlp.down_proj.weight": (h, i),
+            }
+        )
         if cfg.attention_bias:
-            shapes.update({p + "self_attn.q_proj.bias": (cfg.num_heads * d,),
-                           p + "self_attn.k_proj.bias": (cfg.num_kv_heads * d,),
-                           p + "self_attn.v_proj.bias": (cfg.num_kv_heads * d,)})
+            shapes.update(
+                {
+                    p + "self_attn.q_proj.bias": (cfg.num_heads * d,),
+                    p + "self_attn.k_proj.bias": (cfg.num_kv_heads * d,),
+                    p + "self_attn.v_proj.bias": (cfg.num_kv_heads * d,),
+                }
+            )
     out = {}
     for name, shape in shapes.items():
         t = torch.empty(shape, dtype=torch.float32)
@@ -89,9 +152,14 @@ def random_tensors(cfg: ModelConfig, dtype: torch.dtype, seed: int) -> dict[str,
 
 
 @LOADERS.register("dummy")
-def load_dummy(model: str, dtype: torch.dtype = torch.float32, *, seed: int = 0,
-               overrides: dict[str, Any] | None = None) -> Checkpoint:
+def load_dummy(
+    model: str, dtype: torch.dtype = torch.float32, *, seed: int = 0, overrides: dict[str, Any] | None = None
+) -> Checkpoint:
     """Random weights (`random_tensors`) in the shape `dummy_config` gives."""
     cfg, tok = dummy_config(model, overrides or {})
-    return Checkpoint(cfg, random_tensors(cfg, dtype, seed), tokenizer_source=tok,
-                      meta={"format": "dummy", "model": model, "seed": seed})
+    return Checkpoint(
+        cfg,
+        random_tensors(cfg, dtype, seed),
+        tokenizer_source=tok,
+        meta={"format": "dummy", "model": model, "seed": seed},
+    )

@@ -1,4 +1,5 @@
 """GGUF files (llama.cpp): metadata to ModelConfig, tensors dequantised and renamed to HF names."""
+
 from __future__ import annotations
 
 import os
@@ -49,7 +50,7 @@ def gguf_model_config(reader) -> ModelConfig:
         raise ValueError(
             f"unknown architecture {arch!r} in GGUF (general.architecture); supported: {sorted(ARCHITECTURES)}"
         )
-    g = lambda key, default=None: gguf_field(reader, f"{arch}.{key}", default)  # noqa: E731
+    g = lambda key, default=None: gguf_field(reader, f"{arch}.{key}", default)
     hidden, heads = int(g("embedding_length")), int(g("attention.head_count"))
     kv_heads = g("attention.head_count_kv", heads)
     if isinstance(kv_heads, list):
@@ -104,8 +105,9 @@ def dequantize_tensor(t) -> np.ndarray:
 
 
 @LOADERS.register("gguf")
-def load_gguf(path: str, dtype: torch.dtype = torch.float32, *, seed: int = 0,
-              overrides: dict[str, Any] | None = None) -> Checkpoint:
+def load_gguf(
+    path: str, dtype: torch.dtype = torch.float32, *, seed: int = 0, overrides: dict[str, Any] | None = None
+) -> Checkpoint:
     """Dequantised tensors under HF names, Q/K rows unpermuted; the tokenizer from the same reader."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"GGUF file not found: {path!r}")
@@ -132,11 +134,19 @@ def load_gguf(path: str, dtype: torch.dtype = torch.float32, *, seed: int = 0,
             arr = np.array(arr, dtype=np.float32)
         tensors[name] = torch.from_numpy(np.ascontiguousarray(arr)).to(dtype)
     if rope_freqs is not None:  # llama3 scaling baked into a tensor: keep it, mark the config
-        cfg = ModelConfig(**{**asdict(cfg), "rope_scaling": {"rope_type": "llama3", "from_gguf": True}}) \
-            if cfg.rope_scaling is None else cfg
+        cfg = (
+            ModelConfig(**{**asdict(cfg), "rope_scaling": {"rope_type": "llama3", "from_gguf": True}})
+            if cfg.rope_scaling is None
+            else cfg
+        )
     from fluidpd.engine.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_gguf(path, reader=reader) if "tokenizer.ggml.tokens" in reader.fields else None
-    return Checkpoint(cfg, tensors, tokenizer_source=path if tokenizer else None, rope_freqs=rope_freqs,
-                      tokenizer=tokenizer,
-                      meta={"format": "gguf", "path": path, "file_type": gguf_field(reader, "general.file_type")})
+    return Checkpoint(
+        cfg,
+        tensors,
+        tokenizer_source=path if tokenizer else None,
+        rope_freqs=rope_freqs,
+        tokenizer=tokenizer,
+        meta={"format": "gguf", "path": path, "file_type": gguf_field(reader, "general.file_type")},
+    )

@@ -1,4 +1,5 @@
 """Hugging Face checkpoint directories: config.json and *.safetensors shards."""
+
 from __future__ import annotations
 
 import glob
@@ -12,8 +13,9 @@ from fluidpd.engine.model_config import ModelConfig, read_hf_config
 
 
 @LOADERS.register("safetensors")
-def load_safetensors(path: str, dtype: torch.dtype = torch.float32, *, seed: int = 0,
-                     overrides: dict[str, Any] | None = None) -> Checkpoint:
+def load_safetensors(
+    path: str, dtype: torch.dtype = torch.float32, *, seed: int = 0, overrides: dict[str, Any] | None = None
+) -> Checkpoint:
     """config.json plus every *.safetensors shard of a directory."""
     from safetensors.torch import load_file
 

@@ -1,4 +1,5 @@
 """KV transports by name, and this process's instance of each (see `base` for the handle's life)."""
+
 from __future__ import annotations
 
 import threading

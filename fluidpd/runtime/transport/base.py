@@ -9,6 +9,7 @@ coordinator calls it on the abort path (the handle will never be imported). It i
 A transport backend (one module each: `shm`, `local`; a multi-node one such as RDMA or TCP would
 be another) subclasses `KVTransport` and fills the handle fields it needs.
 """
+
 from __future__ import annotations
 
 import abc
@@ -24,25 +25,25 @@ from fluidpd.engine.kv_transfer import KVLayout, KVPayload
 class KVHandle:
     """A KV payload in flight: where its blocks are, plus every other field of the KVPayload."""
 
-    transport: str                        # "shm" | "local" | another transport's name
+    transport: str  # "shm" | "local" | another transport's name
     request_id: str
     token_ids: list[int]
     prompt_len: int
     num_computed: int
     layout: KVLayout
-    params: Any                           # fluidpd.engine.SamplingParams
-    shape: tuple[int, ...]                # of the stacked blocks tensor
-    dtype: str                            # torch dtype name, e.g. "float32"
+    params: Any  # fluidpd.engine.SamplingParams
+    shape: tuple[int, ...]  # of the stacked blocks tensor
+    dtype: str  # torch dtype name, e.g. "float32"
     nbytes: int
-    name: str | None = None               # shm segment name (None when there are no blocks)
-    offset: int = 0                       # of the blocks in the segment
-    generation: int = 0                   # pooled segment: its generation for this handle (0: one-shot)
+    name: str | None = None  # shm segment name (None when there are no blocks)
+    offset: int = 0  # of the blocks in the segment
+    generation: int = 0  # pooled segment: its generation for this handle (0: one-shot)
     generator_state: torch.Tensor | None = None
     logprobs: list | None = None
     num_preemptions: int = 0
     meta: dict = field(default_factory=dict)
-    timings: dict = field(default_factory=dict)   # seconds: "export_s" (engine), "send_s" (transport)
-    payload: KVPayload | None = field(default=None, repr=False)   # LocalTransport only
+    timings: dict = field(default_factory=dict)  # seconds: "export_s" (engine), "send_s" (transport)
+    payload: KVPayload | None = field(default=None, repr=False)  # LocalTransport only
 
     @property
     def num_blocks(self) -> int:
@@ -50,7 +51,7 @@ class KVHandle:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.prompt_len:]
+        return self.token_ids[self.prompt_len :]
 
 
 class KVTransport(abc.ABC):
@@ -70,7 +71,7 @@ class KVTransport(abc.ABC):
     def release(self, handle: KVHandle) -> None:
         """Free what `handle` holds; idempotent; safe to call whether or not it was received."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: a transport that keeps nothing inherits the no-op
         """Free what this process's transport keeps between transfers; idempotent."""
 
 
@@ -86,17 +87,36 @@ def to_handle(p: KVPayload, transport: str, **kw: Any) -> KVHandle:
     the transport's own fields."""
     b = p.blocks
     return KVHandle(
-        transport=transport, request_id=p.request_id, token_ids=list(p.token_ids),
-        prompt_len=p.prompt_len, num_computed=p.num_computed, layout=p.layout,
-        params=p.params, shape=tuple(b.shape), dtype=str(b.dtype).removeprefix("torch."), nbytes=p.nbytes,
-        generator_state=p.generator_state, logprobs=p.logprobs,
-        num_preemptions=p.num_preemptions, meta=dict(p.meta), **kw)
+        transport=transport,
+        request_id=p.request_id,
+        token_ids=list(p.token_ids),
+        prompt_len=p.prompt_len,
+        num_computed=p.num_computed,
+        layout=p.layout,
+        params=p.params,
+        shape=tuple(b.shape),
+        dtype=str(b.dtype).removeprefix("torch."),
+        nbytes=p.nbytes,
+        generator_state=p.generator_state,
+        logprobs=p.logprobs,
+        num_preemptions=p.num_preemptions,
+        meta=dict(p.meta),
+        **kw,
+    )
 
 
 def to_payload(handle: KVHandle, blocks: torch.Tensor) -> KVPayload:
     """The payload `handle` was made from, with `blocks` (as the transport received them)."""
     return KVPayload(
-        request_id=handle.request_id, token_ids=list(handle.token_ids), prompt_len=handle.prompt_len,
-        num_computed=handle.num_computed, blocks=blocks, layout=handle.layout, params=handle.params,
-        generator_state=handle.generator_state, logprobs=handle.logprobs,
-        num_preemptions=handle.num_preemptions, meta=dict(handle.meta))
+        request_id=handle.request_id,
+        token_ids=list(handle.token_ids),
+        prompt_len=handle.prompt_len,
+        num_computed=handle.num_computed,
+        blocks=blocks,
+        layout=handle.layout,
+        params=handle.params,
+        generator_state=handle.generator_state,
+        logprobs=handle.logprobs,
+        num_preemptions=handle.num_preemptions,
+        meta=dict(handle.meta),
+    )

@@ -1,4 +1,5 @@
 """The "local" KV transport: sender and receiver share one process, the handle carries the payload."""
+
 from __future__ import annotations
 
 from fluidpd.engine.kv_transfer import KVPayload
@@ -15,8 +16,10 @@ class LocalTransport(KVTransport):
 
     def receive(self, handle: KVHandle) -> KVPayload:
         if handle.payload is None:
-            raise ValueError(f"local KV handle of {handle.request_id!r} carries no payload "
-                             "(already released, or it crossed a process boundary)")
+            raise ValueError(
+                f"local KV handle of {handle.request_id!r} carries no payload "
+                "(already released, or it crossed a process boundary)"
+            )
         return handle.payload
 
     def release(self, handle: KVHandle) -> None:

@@ -11,6 +11,7 @@ Segments are named `fpkv_<pid>_<n>_<random>` under /dev/shm. A one-shot handle t
 imported nor released keeps its segment until the multiprocessing resource tracker cleans it up when the
 program ends (with a "leaked shared_memory" warning).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -31,15 +32,15 @@ from fluidpd.runtime.transport.base import KVHandle, KVTransport, to_handle, to_
 
 SHM_PREFIX = "fpkv_"
 SHM_DIR = "/dev/shm"
-HEADER = 64                  # bytes before the blocks in a pooled segment
-POOL_ROUND = 1 << 20        # pooled segment capacities are whole MiB
+HEADER = 64  # bytes before the blocks in a pooled segment
+POOL_ROUND = 1 << 20  # pooled segment capacities are whole MiB
 _RECV_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
 class _PoolSegment:
     """A segment kept by its exporter for reuse: int64 generation at byte 0 (0 = free), data at HEADER."""
 
-    __slots__ = ("shm", "capacity", "header")
+    __slots__ = ("capacity", "header", "shm")
 
     def __init__(self, shm: shared_memory.SharedMemory, capacity: int) -> None:
         self.shm, self.capacity = shm, capacity
@@ -73,8 +74,8 @@ class SharedMemoryTransport(KVTransport):
         self.pool_bytes = pool_bytes if os.path.isdir(SHM_DIR) else 0
         self.max_cached_maps = max_cached_maps
         self._pool: list[_PoolSegment] = []
-        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()       # pooled segments received here
-        self._attached: dict[str, shared_memory.SharedMemory] = {}   # non-Linux: segments received here
+        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()  # pooled segments received here
+        self._attached: dict[str, shared_memory.SharedMemory] = {}  # non-Linux: segments received here
         self._lock = threading.Lock()
         self._seq = itertools.count()
         self._gen = itertools.count(1)
@@ -99,11 +100,17 @@ class SharedMemoryTransport(KVTransport):
             except BaseException:
                 seg.header[0] = 0
                 raise
-            return to_handle(payload, self.name, name=seg.shm.name, offset=HEADER, generation=gen,
-                           timings={"send_s": time.perf_counter() - t0})
+            return to_handle(
+                payload,
+                self.name,
+                name=seg.shm.name,
+                offset=HEADER,
+                generation=gen,
+                timings={"send_s": time.perf_counter() - t0},
+            )
         shm = shared_memory.SharedMemory(name=self._new_name(), create=True, size=nbytes)
         try:
-            _view(shm.buf, nbytes, src.dtype, tuple(src.shape)).copy_(src)   # the one memcpy
+            _view(shm.buf, nbytes, src.dtype, tuple(src.shape)).copy_(src)  # the one memcpy
         except BaseException:
             _unlink(shm)
             raise
@@ -122,7 +129,7 @@ class SharedMemoryTransport(KVTransport):
             else:
                 cap = -(-nbytes // POOL_ROUND) * POOL_ROUND
                 used = sum(s.capacity for s in self._pool)
-                for s in sorted(free, key=lambda s: s.capacity):      # make room: drop free small ones
+                for s in sorted(free, key=lambda s: s.capacity):  # make room: drop free small ones
                     if used + cap <= self.pool_bytes:
                         break
                     self._pool.remove(s)
@@ -130,8 +137,9 @@ class SharedMemoryTransport(KVTransport):
                     used -= s.capacity
                 if used + cap > self.pool_bytes:
                     return None, 0
-                seg = _PoolSegment(shared_memory.SharedMemory(name=self._new_name(), create=True,
-                                                              size=HEADER + cap), cap)
+                seg = _PoolSegment(
+                    shared_memory.SharedMemory(name=self._new_name(), create=True, size=HEADER + cap), cap
+                )
                 self._pool.append(seg)
                 if not self._atexit:
                     atexit.register(self.close)
@@ -151,13 +159,15 @@ class SharedMemoryTransport(KVTransport):
             _check_size(handle, len(buf) - handle.offset)
             gen = int(np.frombuffer(buf, dtype=np.int64, count=1)[0])
             if gen != handle.generation:
-                raise ValueError(f"stale KV handle for {handle.request_id!r}: segment {handle.name!r} "
-                                 f"now holds generation {gen}, the handle {handle.generation} (released twice?)")
+                raise ValueError(
+                    f"stale KV handle for {handle.request_id!r}: segment {handle.name!r} "
+                    f"now holds generation {gen}, the handle {handle.generation} (released twice?)"
+                )
         elif os.path.isdir(SHM_DIR):
             fd = os.open(os.path.join(SHM_DIR, handle.name), os.O_RDWR)
             try:
                 _check_size(handle, os.fstat(fd).st_size)
-                buf = mmap.mmap(fd, handle.nbytes, flags=_RECV_FLAGS)   # populate: map all pages at once
+                buf = mmap.mmap(fd, handle.nbytes, flags=_RECV_FLAGS)  # populate: map all pages at once
             finally:
                 os.close(fd)
         else:
@@ -177,7 +187,7 @@ class SharedMemoryTransport(KVTransport):
         buf = _map(name, populate=True)
         with self._lock:
             self._maps[name] = buf
-            while len(self._maps) > self.max_cached_maps:     # views keep an evicted mapping alive
+            while len(self._maps) > self.max_cached_maps:  # views keep an evicted mapping alive
                 self._maps.popitem(last=False)
         return buf
 
@@ -193,7 +203,7 @@ class SharedMemoryTransport(KVTransport):
                 try:
                     buf = _map(handle.name, length=HEADER)
                 except FileNotFoundError:
-                    return      # its owner is gone (and unlinked it)
+                    return  # its owner is gone (and unlinked it)
             header = np.frombuffer(buf, dtype=np.int64, count=1)
             if int(header[0]) == handle.generation:
                 header[0] = 0
@@ -204,7 +214,7 @@ class SharedMemoryTransport(KVTransport):
             try:
                 seg = shared_memory.SharedMemory(name=handle.name, create=False)
             except FileNotFoundError:
-                return          # already released
+                return  # already released
         _unlink(seg)
 
     def _check(self, handle: KVHandle) -> None:
@@ -235,15 +245,16 @@ def _map(name: str, length: int = 0, populate: bool = False) -> mmap.mmap:
     fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
     try:
         size = os.fstat(fd).st_size
-        return mmap.mmap(fd, min(length, size) if length else size,
-                         flags=_RECV_FLAGS if populate else mmap.MAP_SHARED)
+        return mmap.mmap(fd, min(length, size) if length else size, flags=_RECV_FLAGS if populate else mmap.MAP_SHARED)
     finally:
         os.close(fd)
 
 
 def _check_size(handle: KVHandle, size: int) -> None:
     if size < handle.nbytes:
-        raise ValueError(f"shared-memory segment {handle.name!r} holds {size} bytes, the KV handle says {handle.nbytes}")
+        raise ValueError(
+            f"shared-memory segment {handle.name!r} holds {size} bytes, the KV handle says {handle.nbytes}"
+        )
 
 
 def _view(buf, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...], offset: int = 0) -> torch.Tensor:

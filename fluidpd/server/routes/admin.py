@@ -1,4 +1,5 @@
 """The admin API: /v1/admin/cluster (runtime.cluster_state()) and POST /v1/admin/workers/{id}/role."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +27,9 @@ async def cluster(state: ServerState = Depends(server_state)):
 
 
 @router.post("/v1/admin/workers/{worker_id}/role")
-async def force_role(worker_id: int, body: RoleRequest = json_body(RoleRequest),
-                     state: ServerState = Depends(server_state)):
+async def force_role(
+    worker_id: int, body: RoleRequest = json_body(RoleRequest), state: ServerState = Depends(server_state)
+):
     """{"role": "prefill" | "decode"}: 404 for no such worker, 400 for a switch the runtime cannot make."""
     if body.role not in SWITCHABLE_ROLES:
         raise bad_request(f"role must be one of {', '.join(SWITCHABLE_ROLES)}, got {body.role!r}", "role")
@@ -64,6 +66,7 @@ def _jsonable(x):
 
 def _json(obj) -> Any:
     """`obj` as strict JSON data (dataclasses, enums, numpy; NaN and inf become null)."""
+
     def clean(v):
         if isinstance(v, float):
             return v if math.isfinite(v) else None
@@ -72,4 +75,5 @@ def _json(obj) -> Any:
         if isinstance(v, list):
             return [clean(x) for x in v]
         return v
+
     return clean(json.loads(json.dumps(obj, default=_jsonable)))

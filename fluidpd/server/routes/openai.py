@@ -1,4 +1,5 @@
 """The OpenAI API: /v1/completions, /v1/chat/completions (streaming or not; n=1) and /v1/models."""
+
 from __future__ import annotations
 
 import time
@@ -20,8 +21,9 @@ async def models(state: ServerState = Depends(server_state)):
 
 
 @router.post("/v1/completions")
-async def completions(raw: Request, body: CompletionRequest = json_body(CompletionRequest),
-                      state: ServerState = Depends(server_state)):
+async def completions(
+    raw: Request, body: CompletionRequest = json_body(CompletionRequest), state: ServerState = Depends(server_state)
+):
     t0 = time.perf_counter()
     state.check_model(body.model)
     check_unsupported(body)
@@ -31,8 +33,11 @@ async def completions(raw: Request, body: CompletionRequest = json_body(Completi
 
 
 @router.post("/v1/chat/completions")
-async def chat_completions(raw: Request, body: ChatCompletionRequest = json_body(ChatCompletionRequest),
-                           state: ServerState = Depends(server_state)):
+async def chat_completions(
+    raw: Request,
+    body: ChatCompletionRequest = json_body(ChatCompletionRequest),
+    state: ServerState = Depends(server_state),
+):
     t0 = time.perf_counter()
     state.check_model(body.model)
     check_unsupported(body)

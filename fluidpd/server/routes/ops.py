@@ -1,4 +1,5 @@
 """Operations: /health (200, or 503 with the runtime's error) and Prometheus /metrics."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
@@ -15,8 +16,9 @@ router = APIRouter()
 async def health(state: ServerState = Depends(server_state)):
     runtime = state.runtime
     if getattr(runtime, "healthy", True) is False:
-        return APIError(503, getattr(runtime, "last_error", None) or "runtime unhealthy",
-                        "internal_server_error").response()
+        return APIError(
+            503, getattr(runtime, "last_error", None) or "runtime unhealthy", "internal_server_error"
+        ).response()
     return Response(status_code=200)
 
 

@@ -1,4 +1,5 @@
 """vLLM's /tokenize and /detokenize."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
@@ -25,7 +26,8 @@ async def tokenize(body: TokenizeRequest = json_body(TokenizeRequest), state: Se
 
 
 @router.post("/detokenize")
-async def detokenize(body: DetokenizeRequest = json_body(DetokenizeRequest),
-                     state: ServerState = Depends(server_state)):
+async def detokenize(
+    body: DetokenizeRequest = json_body(DetokenizeRequest), state: ServerState = Depends(server_state)
+):
     state.check_model(body.model)
     return {"prompt": state.tokenizer.decode(check_token_ids(state.tokenizer, body.tokens, "tokens"))}

@@ -1,0 +1,123 @@
+"""What the runtime advertises it can serve, it serves; what one request breaks, breaks that request alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from fluidpd.engine.config import EngineConfig
+from fluidpd.engine.engine import LLMEngine, load_model
+from fluidpd.engine.sampling import SamplingParams
+from fluidpd.policy.base import PolicyConfig
+from fluidpd.runtime.api import GenerationRequest
+from fluidpd.runtime.build import build_coordinator, serving_max_model_len
+from fluidpd.runtime.config import RuntimeConfig
+from fluidpd.runtime.profile import profile_engine
+
+torch.set_num_threads(1)
+BLOCKS = 64  # 1,024 tokens of KV per worker
+
+
+@pytest.fixture(scope="module")
+def probe():
+    config = EngineConfig(num_kv_blocks=BLOCKS)
+    model, tok = load_model(config)
+    engine = LLMEngine(config, model=model, tokenizer=tok)
+    return engine, profile_engine(engine, lengths=(16, 32, 64), repeats=1)
+
+
+def test_max_model_len_is_capped_by_what_one_worker_holds(probe):
+    engine, _ = probe
+    one = RuntimeConfig(workers=1)
+    three = RuntimeConfig(workers=3, policy="fluidpd")
+    assert serving_max_model_len(engine, one, None)[0] == BLOCKS * 16  # the whole arena, not 8192
+    n, why = serving_max_model_len(engine, three, None)
+    assert n == BLOCKS // 2 * 16 and "prefill worker" in why  # half the arena is scratch there
+    assert serving_max_model_len(engine, three, BLOCKS * 16)[0] == BLOCKS * 16  # an override up to the whole KV
+    with pytest.raises(ValueError, match="num-kv-blocks"):
+        serving_max_model_len(engine, three, BLOCKS * 16 + 1)
+
+
+def cluster(probe, policy: str, workers: int, max_model_len: int | None = None):
+    _, profile = probe
+    config = EngineConfig(num_kv_blocks=BLOCKS, max_model_len=max_model_len)
+    runtime = RuntimeConfig(
+        workers=workers,
+        policy=policy,
+        backend="inprocess",
+        ttft_slo_s=30,
+        tbt_slo_s=5,
+        scheduling=PolicyConfig(prefill_workers=1),
+    )
+    return build_coordinator(config, runtime, log=lambda m: None, profile=profile)
+
+
+async def collect(stream) -> tuple[list[int], str | None, str | None]:
+    toks, reason, error = [], None, None
+    async for ev in stream:
+        toks += ev.token_ids
+        reason, error = ev.finish_reason or reason, ev.error or error
+    return toks, reason, error
+
+
+def submit(coord, rid: str, ids: list[int], n: int):
+    return coord.submit(GenerationRequest(rid, ids, SamplingParams(max_tokens=n, ignore_eos=True)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("override", [None, BLOCKS * 16])
+def test_a_request_at_the_advertised_limit_is_served_by_the_cluster(probe, override):
+    coord = cluster(probe, "fluidpd", 3, override)
+    limit = coord.max_model_len
+    ids = [100 + i % 3000 for i in range(limit - 8)]
+
+    async def go():
+        await coord.start()
+        try:
+            with pytest.raises(ValueError, match="max_model_len"):
+                submit(coord, "over", ids, 9)
+            result = await asyncio.wait_for(collect(submit(coord, "at", ids, 8)), 300)
+            return result, coord.cluster_state()
+        finally:
+            await coord.stop()
+
+    (toks, reason, error), state = asyncio.run(go())
+    assert (len(toks), reason, error) == (8, "length", None)
+    assert state["failed"] is None and all(w["kv_blocks_used"] == 0 for w in state["workers"])
+
+
+@pytest.mark.slow
+def test_a_request_its_engine_refuses_fails_alone_and_the_cluster_carries_on(probe):
+    coord = cluster(probe, "static-pd", 2)
+    engine, _ = probe
+    poison = 7777
+    ids = [[poison, *range(200, 230)], list(range(300, 340)), list(range(400, 420))]
+    expected = [o.token_ids for o in engine.generate(ids[1:], SamplingParams(max_tokens=6, ignore_eos=True))]
+
+    async def go():
+        await coord.start()
+        prefill = coord.backends[0].engine
+        real = prefill.add_request
+
+        def refuse(prompt, params=None, request_id=None, **kw):
+            if prompt[0] == poison:
+                raise ValueError("simulated: the engine refuses this request")
+            return real(prompt, params, request_id, **kw)
+
+        prefill.add_request = refuse
+        try:
+            results = await asyncio.wait_for(
+                asyncio.gather(*(collect(submit(coord, f"r{i}", p, 6)) for i, p in enumerate(ids))), 300
+            )
+            again = await asyncio.wait_for(collect(submit(coord, "again", ids[1], 6)), 300)
+            return results, again, coord.healthy, coord.cluster_state()
+        finally:
+            await coord.stop()
+
+    results, again, healthy, state = asyncio.run(go())
+    assert results[0][1] == "error" and "refuses" in results[0][2] and not results[0][0]
+    assert [r[0] for r in results[1:]] == expected and all(r[1] == "length" for r in results[1:])
+    assert again[0] == expected[0] and healthy
+    assert state["failed"] is None and all(w["kv_blocks_used"] == 0 for w in state["workers"])
