@@ -91,7 +91,7 @@ class Workload:
                 cycles=cycles,
                 seed=seed,
             )
-        return load_trace(self.name).scale_rate(scale).window(0.0, window_s)
+        return load_trace(self.name).shaped(scale, window_s)
 
     def phases(self, window_s: float) -> list[tuple[float, float, str]]:
         """(start, end, label) of every phase; one span for the Azure traces."""

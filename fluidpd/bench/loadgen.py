@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fluidpd.bench.corpus import PromptMaker, load_corpus
+from fluidpd.core.knobs import knob
 from fluidpd.core.metrics import MetricsCollector, Slo
 from fluidpd.core.request import Request
 from fluidpd.workload.trace import Trace
@@ -82,16 +83,6 @@ class Plan:
     requests: list[BenchRequest]
     clipped_prompts: int = 0
     clipped_outputs: int = 0
-
-
-def shape_trace(trace: Trace, rate_scale: float, duration_s: float | None, max_requests: int | None) -> Trace:
-    """Rate-scale the trace, keep [0, duration), then the first `max_requests`."""
-    t = trace.scale_rate(rate_scale)
-    if duration_s:
-        t = t.window(0.0, duration_s)
-    if max_requests is not None and len(t) > max_requests:
-        t = t.head(max_requests)
-    return t
 
 
 def plan_requests(trace: Trace, corpus_ids: list[int], max_model_len: int | None, seed: int = 0) -> Plan:
@@ -286,17 +277,29 @@ def error_counts(results: list[BenchResult]) -> dict[str, int]:
 
 @dataclass
 class BenchConfig:
+    """One replay: the server, the trace, the SLOs and how requests are made."""
+
     url: str
     trace: Trace
     slo: Slo
     trace_name: str = ""
-    model: str | None = None
-    max_model_len: int | None = None
-    seed: int = 0
-    drain_timeout_s: float = 300.0
-    progress: bool = True
+    model: str | None = knob(None, "model name to send (default: the server's)")
+    max_model_len: int | None = knob(None, "clip prompt + output to this (default: the server's)")
+    seed: int = knob(0, "trace loading and prompt offsets")
+    drain_timeout_s: float = knob(
+        300.0, "seconds after the last arrival before unfinished requests count as failed", flag="--drain-timeout"
+    )
+    progress: bool = knob(True, "show a progress bar")
     temperature: float = 0.0
-    tokenizer: str | None = None  # local tokenizer source, when the server has no /tokenize
+    tokenizer: str | None = knob(
+        None, "local tokenizer source ('smollm2', a .gguf, a dir) if the server has no /tokenize"
+    )
+
+    def __post_init__(self) -> None:
+        if not self.drain_timeout_s > 0:
+            raise ValueError(f"drain_timeout_s must be > 0, got {self.drain_timeout_s}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
 
 
 async def run_bench(cfg: BenchConfig) -> tuple[dict, list[BenchResult]]:

@@ -16,11 +16,13 @@ import sys
 from pathlib import Path
 
 from fluidpd.cli.argtypes import positive
+from fluidpd.core.knobs import add_flags, flag_values
 
 DEFAULT_MAX_REQUESTS = 2000
 
 
 def register(sub) -> None:
+    from fluidpd.bench.loadgen import BenchConfig
     from fluidpd.workload.registry import TRACES
 
     p = sub.add_parser(
@@ -42,35 +44,19 @@ def register(sub) -> None:
     p.add_argument("--tbt-slo", type=positive(float), required=True, help="seconds")
     p.add_argument("--out", type=Path, help="write the row as JSON (same keys as fluidpd simulate)")
     p.add_argument("--max-requests", type=positive(int), default=DEFAULT_MAX_REQUESTS)
-    p.add_argument("--seed", type=int, default=0, help="trace loading and prompt offsets")
-    p.add_argument("--model", default=None, help="model name to send (default: the server's)")
-    p.add_argument(
-        "--max-model-len", type=positive(int), default=None, help="clip prompt + output to this (default: the server's)"
-    )
-    p.add_argument(
-        "--drain-timeout",
-        type=positive(float),
-        default=300.0,
-        help="seconds after the last arrival before unfinished requests count as failed",
-    )
-    p.add_argument(
-        "--tokenizer",
-        default=None,
-        help="local tokenizer source ('smollm2', a .gguf, a dir) if the server has no /tokenize",
-    )
-    p.add_argument("--no-progress", action="store_true")
+    add_flags(p, BenchConfig)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from fluidpd.bench.loadgen import BenchConfig, check_loopback, run_bench, shape_trace
+    from fluidpd.bench.loadgen import BenchConfig, check_loopback, run_bench
     from fluidpd.bench.report import print_table, write_json
     from fluidpd.core.metrics import Slo
     from fluidpd.workload.registry import load_trace
 
     check_loopback(args.url)  # ValueError -> exit 2, before loading anything
     base = load_trace(args.trace, seed=args.seed)
-    trace = shape_trace(base, args.rate_scale, args.duration, args.max_requests)
+    trace = base.shaped(args.rate_scale, args.duration, args.max_requests)
     if len(trace) == 0:
         raise ValueError("the trace window holds no requests (raise --duration or --rate-scale)")
     cfg = BenchConfig(
@@ -78,12 +64,7 @@ def run(args: argparse.Namespace) -> int:
         trace=trace,
         slo=Slo(args.ttft_slo, args.tbt_slo),
         trace_name=str(args.trace),
-        model=args.model,
-        max_model_len=args.max_model_len,
-        seed=args.seed,
-        drain_timeout_s=args.drain_timeout,
-        progress=not args.no_progress,
-        tokenizer=args.tokenizer,
+        **flag_values(args, BenchConfig),
     )
     try:
         row, _ = asyncio.run(run_bench(cfg))

@@ -17,23 +17,14 @@ from rich.console import Console
 from rich.table import Table
 
 import fluidpd.bench.experiments as ex
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+from fluidpd.cli.argtypes import positive
 
 
 def _scales(text: str) -> tuple[float, ...]:
     parts = [p for p in text.split(",") if p.strip()]
     if not parts:
         raise argparse.ArgumentTypeError("give at least one rate scale")
-    return tuple(_positive_float(p.strip()) for p in parts)
+    return tuple(positive(float)(p.strip()) for p in parts)
 
 
 def _workloads(text: str) -> list[str]:
@@ -65,7 +56,7 @@ def register(sub) -> None:
     t1.add_argument("--seed", type=int, default=0)
     t1.add_argument("--workloads", type=_workloads, default=None, help=f"subset of {', '.join(ex.WORKLOADS)}")
     t1.add_argument("--scales", type=_scales, default=None, help="rate scales for every workload (overrides)")
-    t1.add_argument("--window", type=_positive_float, default=None, help="seconds of each trace (overrides)")
+    t1.add_argument("--window", type=positive(float), default=None, help="seconds of each trace (overrides)")
     t1.add_argument("--no-goodput", action="store_true", help="skip the goodput search (full mode)")
     t1.set_defaults(func=run_table1)
     t2 = which.add_parser(
@@ -76,7 +67,7 @@ def register(sub) -> None:
     )
     t2.add_argument("--out", type=Path, default=Path("results/table2"), help="directory for table2.json")
     t2.add_argument("--seed", type=int, default=0)
-    t2.add_argument("--window", type=_positive_float, default=None, help="seconds of the phase-shift run")
+    t2.add_argument("--window", type=positive(float), default=None, help="seconds of the phase-shift run")
     t2.set_defaults(func=run_table2)
 
 

@@ -69,12 +69,6 @@ def setup_from_args(args) -> Setup:
     )
 
 
-def shaped(trace: Trace, rate_scale: float, duration: float | None) -> Trace:
-    """Rate-scale the trace, then keep its first `duration` seconds."""
-    trace = trace.scale_rate(rate_scale)
-    return trace.window(0.0, duration) if duration else trace
-
-
 def run_policy(trace: Trace, policy: str, setup: Setup, label: str = "") -> SimResult:
     horizon = float(trace.arrival_s[-1]) if len(trace) else 0.0
     with tqdm(
@@ -93,7 +87,7 @@ def run(args) -> int:
     setup = setup_from_args(args)
     setup.roofline().kv_blocks(setup.sim.block_size)  # fails early if the weights don't fit
     base = load_trace(args.trace, seed=args.seed)
-    trace = shaped(base, args.rate_scale, args.duration)
+    trace = base.shaped(args.rate_scale, args.duration)
     if len(trace) == 0:
         raise ValueError("the trace window holds no requests")
     results, rows = [], []
@@ -102,7 +96,7 @@ def run(args) -> int:
         row = result.row()
         if args.goodput:
             row["goodput_rate_scale"] = goodput_rate_scale(
-                lambda x, name=name: simulate(shaped(base, x, args.duration), name, setup).summary["attainment"],
+                lambda x, name=name: simulate(base.shaped(x, args.duration), name, setup).summary["attainment"],
                 start=args.rate_scale,
             )
         results.append(result)

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from fluidpd.core.registry import Registry
+
 
 @dataclass(frozen=True, slots=True)
 class HardwareSpec:
@@ -45,31 +47,27 @@ class HardwareSpec:
 
 _H100_FLOPS = {"fp32": 494.5e12, "bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}  # fp32 = TF32 dense
 
-_CATALOG: dict[str, HardwareSpec] = {
-    h.name: h
-    for h in (
-        HardwareSpec("h100", _H100_FLOPS, 80e9, 3.35e12, 900e9),  # H100 SXM5
-        HardwareSpec("h200", _H100_FLOPS, 141e9, 4.8e12, 900e9),  # same die as H100, HBM3e
-        HardwareSpec("a100-80g", {"fp32": 156e12, "bf16": 312e12, "fp16": 312e12}, 80e9, 2.039e12, 600e9),
-        # Nominal numbers for a few CPU cores so the small real engine has a spec to run against;
-        # measured=False until a calibration run replaces them with measurements of this host.
-        HardwareSpec(
-            "cpu-host",
-            {"fp32": 2e11, "bf16": 2e11, "fp16": 2e11},
-            mem_bytes=64e9,
-            mem_bw=2e10,
-            nvlink_bw=1e10,  # stands for an intra-host memcpy between workers
-            internode_bw=1.25e9,
-            measured=False,
-        ),
-    )
-}
-HARDWARE_NAMES: tuple[str, ...] = tuple(_CATALOG)
+HARDWARE: Registry[HardwareSpec] = Registry("hardware")
+for _h in (
+    HardwareSpec("h100", _H100_FLOPS, 80e9, 3.35e12, 900e9),  # H100 SXM5
+    HardwareSpec("h200", _H100_FLOPS, 141e9, 4.8e12, 900e9),  # same die as H100, HBM3e
+    HardwareSpec("a100-80g", {"fp32": 156e12, "bf16": 312e12, "fp16": 312e12}, 80e9, 2.039e12, 600e9),
+    # Nominal numbers for a few CPU cores so the small real engine has a spec to run against;
+    # measured=False until a calibration run replaces them with measurements of this host.
+    HardwareSpec(
+        "cpu-host",
+        {"fp32": 2e11, "bf16": 2e11, "fp16": 2e11},
+        mem_bytes=64e9,
+        mem_bw=2e10,
+        nvlink_bw=1e10,  # stands for an intra-host memcpy between workers
+        internode_bw=1.25e9,
+        measured=False,
+    ),
+):
+    HARDWARE.add(_h.name, _h)
+HARDWARE_NAMES: tuple[str, ...] = HARDWARE.names()
 
 
 def get_hardware(name: str) -> HardwareSpec:
     """Catalog accelerator by CLI name."""
-    hw = _CATALOG.get(name.lower())
-    if hw is None:
-        raise ValueError(f"unknown hardware {name!r}; expected one of {', '.join(HARDWARE_NAMES)}")
-    return hw
+    return HARDWARE.get(name.lower())

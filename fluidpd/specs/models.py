@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from fluidpd.core.registry import Registry
+
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 
@@ -145,26 +147,23 @@ def _opt(name, layers, hidden, heads, ctx=2048):
     )
 
 
-_CATALOG: dict[str, ModelSpec] = {
-    m.name: m
-    for m in (
-        _llama("llama-3.3-70b", 80, 8192, 64, 8, 28672, 128256, 131072),
-        _llama("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072),
-        _opt("opt-13b", 40, 5120, 40),
-        _opt("opt-66b", 64, 9216, 72),
-        _opt("opt-175b", 96, 12288, 96),
-        _llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 32768, qkv_bias=True),
-        _llama("smollm2-135m", 30, 576, 9, 3, 1536, 49152, 8192, tied=True),
-    )
-}
-MODEL_NAMES: tuple[str, ...] = tuple(_CATALOG)
+MODELS: Registry[ModelSpec] = Registry("model")
+for _m in (
+    _llama("llama-3.3-70b", 80, 8192, 64, 8, 28672, 128256, 131072),
+    _llama("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072),
+    _opt("opt-13b", 40, 5120, 40),
+    _opt("opt-66b", 64, 9216, 72),
+    _opt("opt-175b", 96, 12288, 96),
+    _llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 32768, qkv_bias=True),
+    _llama("smollm2-135m", 30, 576, 9, 3, 1536, 49152, 8192, tied=True),
+):
+    MODELS.add(_m.name, _m)
+MODEL_NAMES: tuple[str, ...] = MODELS.names()
 
 
 def get_model(name: str, dtype: str = "bf16", kv_dtype: str | None = None) -> ModelSpec:
     """Catalog model by CLI name, at weight `dtype` and KV `kv_dtype` (default: same as dtype)."""
-    base = _CATALOG.get(name.lower())
-    if base is None:
-        raise ValueError(f"unknown model {name!r}; expected one of {', '.join(MODEL_NAMES)}")
+    base = MODELS.get(name.lower())
     _check_dtype(dtype)
     if kv_dtype is not None:
         _check_dtype(kv_dtype, "kv_dtype")

@@ -69,6 +69,13 @@ class Trace:
         lo, hi = np.searchsorted(self.arrival_s, [start_s, start_s + duration_s], side="left")
         return self._replace(self.arrival_s[lo:hi] - start_s, slice(lo, hi), float(duration_s))
 
+    def shaped(self, rate_scale: float, duration_s: float | None = None, max_requests: int | None = None) -> Trace:
+        """Rate-scale by `rate_scale`, keep [0, duration_s), then at most the first `max_requests`."""
+        t = self.scale_rate(rate_scale)
+        if duration_s:
+            t = t.window(0.0, duration_s)
+        return t.head(max_requests) if max_requests is not None and len(t) > max_requests else t
+
     def head(self, n: int) -> Trace:
         """The first `n` requests."""
         if n < 0:

@@ -153,9 +153,9 @@ def test_best_split_and_headline_choice():
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["table1", "--scales", "-1"], "must be > 0"),
+        (["table1", "--scales", "-1"], "must be a finite number > 0"),
         (["table1", "--scales", "abc"], "not a number"),
-        (["table1", "--window", "0"], "must be > 0"),
+        (["table1", "--window", "0"], "must be a finite number > 0"),
         (["table1", "--workloads", "nope"], "unknown workload"),
         (["table3"], "invalid choice"),
         ([], "required"),
@@ -173,4 +173,4 @@ def test_bad_arguments_give_a_message_and_exit_2(args, message, capsys):
 def test_bad_arguments_from_the_shell_exit_2_without_a_traceback():
     p = fluidpd("experiment", "table1", "--quick", "--scales", "0", timeout=60)
     assert p.returncode == 2
-    assert "must be > 0" in p.stderr and "Traceback" not in p.stderr
+    assert "must be a finite number > 0" in p.stderr and "Traceback" not in p.stderr

@@ -83,7 +83,9 @@ def test_goodput_flag_adds_the_rate_scale(tmp_path):
         (["--trace", "azure_code", "--policy", "nope"], "unknown policy"),
         (["--trace", "no_such_trace", "--policy", "chunked"], "no_such_trace"),
         (["--trace", "/tmp/definitely/missing.csv", "--policy", "chunked"], "missing.csv"),
-        (["--trace", "azure_code", "--policy", "chunked", "--rate-scale", "-1"], "must be > 0"),
+        (["--trace", "azure_code", "--policy", "chunked", "--rate-scale", "-1"], "must be a finite number > 0"),
+        (["--trace", "azure_code", "--policy", "chunked", "--workers", "0"], "workers"),
+        (["--trace", "azure_code", "--policy", "chunked", "--chunk-budget", "0"], "chunk_budget must be >= 1"),
         (["--trace", "azure_code", "--policy", "static-pd", "--prefill-workers", "4"], "prefill workers"),
     ],
 )
