@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+import fluidpd.bench.calibrate as calibrate
 import fluidpd.bench.experiments as ex
 from fluidpd.cli.argtypes import positive
 
@@ -69,6 +70,50 @@ def register(sub) -> None:
     t2.add_argument("--seed", type=int, default=0)
     t2.add_argument("--window", type=positive(float), default=None, help="seconds of the phase-shift run")
     t2.set_defaults(func=run_table2)
+    cal = which.add_parser(
+        "calibrate",
+        help="fit the A100's latency knobs to the DistServe paper's figures (minutes)",
+        description=calibrate.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cal.add_argument("--iters", type=positive(int), default=150, help="Nelder-Mead iterations")
+    cal.add_argument("--out", type=Path, default=None, help="write here instead of the package's calibration file")
+    cal.add_argument("--restart", action="store_true", help="start from the built-in start, not the shipped fit")
+    cal.set_defaults(func=run_calibrate)
+
+
+def run_calibrate(args) -> int:
+    from tqdm import tqdm
+
+    from fluidpd.latency.calibration import calibration, latency_config, save_calibration
+
+    t0 = time.perf_counter()
+    with tqdm(total=args.iters, desc="fit", unit="iter", file=sys.stderr) as bar:
+
+        def progress(it: int, value: float) -> None:
+            bar.set_postfix_str(f"loss {value:.4f}", refresh=False)
+            bar.update(it + 1 - bar.n)
+
+        start = latency_config(calibrate.GPU) if calibration(calibrate.GPU) and not args.restart else None
+        lat, values = calibrate.fit(start, iters=args.iters, progress=progress)
+    rec = calibrate.record(values)
+    path = save_calibration(calibrate.GPU, lat, rec, args.out)
+    _print_calibration(_console(), rec)
+    _console().print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+def _print_calibration(console: Console, rec: dict) -> None:
+    table = Table(title=f"{calibrate.GPU} calibration: {rec['model']}")
+    for col in ("figure", "target", "model", "error", "weight"):
+        table.add_column(col, justify="left" if col == "figure" else "right")
+    for f in rec["figures"]:
+        table.add_row(
+            f["key"], f"{f['target']:.4g} {f['unit']}", f"{f['model']:.4g}", f"{f['error']:+.1%}", f"{f['weight']:g}"
+        )
+    console.print(table)
+    r = rec["ratio_2p1d"]
+    console.print(f"2P1D / colocated per-GPU goodput: {r['model']:.2f}x (target {r['target']:g}x)")
 
 
 def _console() -> Console:

@@ -9,29 +9,39 @@ from dataclasses import dataclass
 class LatencyConfig:
     """Efficiency factors and fixed costs that turn datasheet peaks into step times.
 
-    Defaults are datasheet-era estimates for H100-class GPUs, meant to be replaced by a fit
-    against engine measurements:
+    Defaults are datasheet-era estimates for H100-class GPUs; a GPU with measured figures gets
+    its own fitted set (`fluidpd.latency.calibration`):
     - mfu 0.5: dense GEMM fraction of peak (the DistServe seed's 50 % MFU).
     - attn_efficiency 0.4: attention kernels (FlashAttention-2/3 with causal masking and
       short, ragged sequences) reach less of peak than large GEMMs.
-    - bw_efficiency 0.8: achievable fraction of HBM bandwidth when streaming weights and KV.
+    - bw_efficiency 0.8: achievable fraction of HBM bandwidth when streaming weights.
+    - kv_bw_efficiency 0.8: the same for attention's KV reads and writes (paged attention kernels
+      may reach less of it than weight streaming does).
     - step_overhead_s 2 ms: per-iteration scheduling, sampling and kernel-launch time of a GPU
       engine (the FluidPD seed puts tail launch latency near 2 ms on H100).
     - tp_comm_efficiency 0.8: NCCL bus bandwidth as a fraction of unidirectional NVLink.
-    - allreduce_latency_s 8 us: fixed cost of one small all-reduce on NVLink.
+    - allreduce_latency_s 8 us: fixed cost of one small all-reduce on NVLink at tp 2, growing with
+      log2(tp) (tree and NVSwitch all-reduces take log2(tp) steps).
     - p2p_latency_s 10 us: fixed cost of one pipeline-stage activation send.
+    - overlap 1.0: how much of a kernel group's shorter bound (compute or memory) hides under the
+      longer one: 1 = perfectly (time = max), 0 = not at all (time = sum). Below 1, a prefill
+      chunk in a decode step costs time even while the step is memory-bound (interference).
     """
 
     mfu: float = 0.5
     attn_efficiency: float = 0.4
     bw_efficiency: float = 0.8
+    kv_bw_efficiency: float = 0.8
     step_overhead_s: float = 2e-3
     tp_comm_efficiency: float = 0.8
     allreduce_latency_s: float = 8e-6
     p2p_latency_s: float = 10e-6
+    overlap: float = 1.0
 
     def __post_init__(self) -> None:
-        for f in ("mfu", "attn_efficiency", "bw_efficiency", "tp_comm_efficiency"):
+        if not 0.0 <= self.overlap <= 1.0:
+            raise ValueError(f"overlap must be in [0, 1], got {self.overlap}")
+        for f in ("mfu", "attn_efficiency", "bw_efficiency", "kv_bw_efficiency", "tp_comm_efficiency"):
             v = getattr(self, f)
             if not 0.0 < v <= 1.0:
                 raise ValueError(f"{f} must be in (0, 1], got {v}")

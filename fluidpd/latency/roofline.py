@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from fluidpd.latency.calibration import latency_config
 from fluidpd.latency.config import LatencyConfig
 from fluidpd.latency.shape import StepShape
 from fluidpd.specs.hardware import HardwareSpec
@@ -15,7 +16,8 @@ class RooflineModel:
 
     Two kernel groups run back to back, each bound by compute or memory, whichever is slower:
       dense     = max(GEMM FLOPs / (peak * mfu), (weights + GEMM activations) / (bw * eff))
-      attention = max(attn FLOPs / (peak * attn_eff), (KV read + KV write) / (bw * eff))
+      attention = max(attn FLOPs / (peak * attn_eff), (KV read + KV write) / (bw * kv_eff))
+    each plus (1 - overlap) x the shorter of its two bounds (overlap 1: the bounds hide each other).
     GEMM FLOPs: 2 per weight per token in the layers, plus the LM head on one row per chunk
     and per decode token. Attention FLOPs: 4 * layers * heads * head_dim per query-key pair.
     Tensor parallelism splits FLOPs, weights and KV heads over `tp` ranks and adds 2 ring
@@ -30,15 +32,15 @@ class RooflineModel:
         hw: HardwareSpec,
         tp: int = 1,
         pp: int = 1,
-        config: LatencyConfig = LatencyConfig(),
+        config: LatencyConfig | None = None,
         pp_link_bw: float | None = None,
     ) -> None:
         if tp < 1 or pp < 1 or int(tp) != tp or int(pp) != pp:
             raise ValueError(f"tp and pp must be positive integers, got tp={tp} pp={pp}")
         if pp > model.n_layers:
             raise ValueError(f"pp={pp} exceeds the model's {model.n_layers} layers")
-        self.model, self.hw, self.tp, self.pp, self.config = model, hw, int(tp), int(pp), config
-        c = config
+        c = config if config is not None else latency_config(hw.name)
+        self.model, self.hw, self.tp, self.pp, self.config = model, hw, int(tp), int(pp), c
         gemm_peak = hw.flops(model.dtype) * c.mfu  # ValueError for fp8 on A100
         attn_peak = hw.flops("fp32" if model.dtype == "fp32" else "bf16") * c.attn_efficiency
         bw = hw.mem_bw * c.bw_efficiency
@@ -59,12 +61,12 @@ class RooflineModel:
         split = (nh + 2 * nkv) * hd + nh * hd + mlp_out + model.intermediate
         self._t_act = L * (4 * h + split / tp) * act_b / bw
         self._t_pair = model.attn_flops_per_pair * q_share / attn_peak
-        self._t_kv = model.kv_bytes_per_token * self.kv_share / bw
+        self._t_kv = model.kv_bytes_per_token * self.kv_share / (hw.mem_bw * c.kv_bw_efficiency)
 
         if tp > 1:
             link = hw.nvlink_bw_unidir * c.tp_comm_efficiency
             self._ar_tok = 2 * L * (2 * (tp - 1) / tp) * h * act_b / link
-            self._ar_fixed = 2 * L * c.allreduce_latency_s
+            self._ar_fixed = 2 * L * math.ceil(math.log2(tp)) * c.allreduce_latency_s
         else:
             self._ar_tok = self._ar_fixed = 0.0
         if pp > 1:
@@ -73,6 +75,7 @@ class RooflineModel:
         else:
             self._pp_tok = self._pp_fixed = 0.0
         self._overhead = c.step_overhead_s
+        self._hidden = c.overlap
 
     # --- step times ---------------------------------------------------------------------
     def _full(self, s: StepShape) -> tuple[float, int]:
@@ -82,7 +85,10 @@ class RooflineModel:
         dense_m = self._t_w + tok * self._t_act
         attn_c = (s.prefill_attn_pairs + s.decode_ctx) * self._t_pair
         attn_m = (s.prefill_kv_read + s.decode_ctx + tok) * self._t_kv
-        t = (dense_c if dense_c > dense_m else dense_m) + (attn_c if attn_c > attn_m else attn_m)
+        k = 1.0 - self._hidden
+        dense = dense_c + k * dense_m if dense_c > dense_m else dense_m + k * dense_c
+        attn = attn_c + k * attn_m if attn_c > attn_m else attn_m + k * attn_c
+        t = dense + attn
         return t + tok * self._ar_tok + self._ar_fixed, tok
 
     def step_time(self, shape: StepShape) -> float:

@@ -41,6 +41,7 @@ class Policy:
     name = "policy"
     uses_tick = False
     needs_costs = False  # built with a CostModel the world fits (see `build`)
+    prefilled_arrivals = False  # requests arrive with their prompt's KV in place (the decode phase alone)
 
     def __init__(self, config: PolicyConfig | None = None):
         self.config = config or PolicyConfig()

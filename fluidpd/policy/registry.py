@@ -9,10 +9,11 @@ from fluidpd.policy.colocated import Colocated
 from fluidpd.policy.costs import CostModel
 from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.policy.fluidpd import FluidPD, FluidTokenOnly
+from fluidpd.policy.phases import DecodeOnly, PrefillOnly
 from fluidpd.policy.static_pd import StaticPD
 
 POLICIES: Registry[type[Policy]] = Registry("policy")
-for _cls in (Colocated, Chunked, StaticPD, FluidTokenOnly, FluidPD):
+for _cls in (Colocated, Chunked, StaticPD, FluidTokenOnly, FluidPD, PrefillOnly, DecodeOnly):
     POLICIES.add(_cls.name, _cls)
 
 

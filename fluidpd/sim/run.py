@@ -30,7 +30,7 @@ class Setup:
     slo: Slo
     sim: SimConfig = field(default_factory=SimConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
-    latency: LatencyConfig = field(default_factory=LatencyConfig)
+    latency: LatencyConfig | None = None  # None: the GPU's calibration (fluidpd.latency.calibration)
     fluid: FluidConfig = field(default_factory=FluidConfig)
 
     def roofline(self) -> RooflineModel:

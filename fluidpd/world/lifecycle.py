@@ -65,6 +65,9 @@ class World(Elastic):
         """Called after every timeline sample."""
 
     def submit(self, req: Request, front: bool = False) -> None:
+        if self.policy.prefilled_arrivals and req.generated == 0:
+            self._arrive_prefilled(req)
+            return
         w = self.workers[self.policy.route(req, self)]
         bs = w.block_size
         if (
@@ -75,6 +78,22 @@ class World(Elastic):
             return
         w.enqueue(req, front)
         self.schedule(w)
+
+    def _arrive_prefilled(self, req: Request) -> None:
+        """The decode phase alone: the prompt's KV is in place and its first token out; the request
+        waits for decode room like a pulled hand-off (with nothing to transfer)."""
+        d = self.workers[self.policy.route(req, self)]
+        if blocks_for(req.prompt_len + req.output_len, d.block_size) > d.kv_blocks_full:
+            self.reject(req)
+            return
+        req.prefilled = req.prefill_target
+        req.emit(self.loop.now)
+        if req.finished:
+            self.finish(req)
+            return
+        d.pulls.append(req)
+        d.pull_blocks_pending += d.blocks_of(req)
+        self.start_pulls(d)
 
     def _control(self, _=None) -> None:
         self.apply(self.policy.tick(self))
@@ -221,6 +240,10 @@ class World(Elastic):
             d.pulls.popleft()
             d.pull_blocks_pending -= need
             d.allocate(need)
+            if req.worker < 0:  # arrived prefilled: nothing to move
+                d.join(req)
+                self.schedule(d)
+                continue
             src = self.workers[req.worker]
             src.transfers_out += 1
             d.transfers_in += 1
