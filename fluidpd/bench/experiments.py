@@ -81,7 +81,8 @@ class Workload:
     headline: float
     about: str
 
-    def trace(self, scale: float, window_s: float, seed: int) -> Trace:
+    def trace(self, scale: float, window_s: float, seed: int, start_s: float = 0.0) -> Trace:
+        """The evaluated window: `window_s` seconds from `start_s` of the rate-scaled workload."""
         if self.name == "phase_shift":
             cycles = PHASE_SHIFT["cycles"]
             return phase_shift(
@@ -91,7 +92,14 @@ class Workload:
                 cycles=cycles,
                 seed=seed,
             )
-        return load_trace(self.name).shaped(scale, window_s)
+        return load_trace(self.name).scale_rate(scale).window(start_s, window_s)
+
+    def history(self, scale: float, window_s: float, seed: int) -> Trace:
+        """What a placement may look at before the evaluated window (`trace(..., start_s=window_s)`):
+        the window before it, or for the synthetic phase shift an earlier cycle (another seed)."""
+        if self.name == "phase_shift":
+            return self.trace(scale, window_s, seed + 1)
+        return self.trace(scale, window_s, seed)
 
     def phases(self, window_s: float) -> list[tuple[float, float, str]]:
         """(start, end, label) of every phase; one span for the Azure traces."""
@@ -184,9 +192,14 @@ def run_table1(
     seed: int = 0,
     goodput: bool | None = None,
     progress: bool = True,
+    placement: str | None = None,
 ) -> tuple[dict, dict]:
     """Every system on every workload and rate scale. Returns (JSON-ready results, kept objects for
-    plots: the fluidpd phase-shift run at the headline scale under "timeline")."""
+    plots: the fluidpd phase-shift run at the headline scale under "timeline").
+
+    `placement` ("auto" or a `fluidpd place` JSON): the P/D policies start from the split it gives,
+    and a "distserve" row (static-pd at that split) joins the table; with "auto" the split is
+    searched on each workload's history window, and the evaluated window starts after it."""
     names = list(workloads or WORKLOADS)
     for n in names:
         if n not in WORKLOADS:
@@ -218,7 +231,11 @@ def run_table1(
         }
         t0 = time.perf_counter()
         for x in plan[name]:
-            trace = wl.trace(x, window, seed)
+            start = window if placement and name != "phase_shift" else 0.0
+            trace = wl.trace(x, window, seed, start)
+            split = BASELINE_SPLIT
+            if placement:
+                split = placed_split(placement, wl.history(x, window, seed), setup(BASELINE_SPLIT, seed))
             if len(trace) == 0:
                 raise ValueError(f"{name} x{x:g}: the {window:g} s window holds no requests")
             keep = name == "phase_shift"
@@ -242,10 +259,14 @@ def run_table1(
             best = best_split(splits)
             systems["static-pd 2P:6D"] = splits[BASELINE_SPLIT]
             systems["static-pd best"] = {**splits[best], "system": "static-pd best"}
-            systems["fluidtoken"] = run("fluidtoken", BASELINE_SPLIT, "fluidtoken")
-            systems["fluidpd"] = run("fluidpd", BASELINE_SPLIT, "fluidpd")
+            if placement:
+                systems["distserve"] = {**splits[split], "system": "distserve"}
+            systems["fluidtoken"] = run("fluidtoken", split, "fluidtoken")
+            systems["fluidpd"] = run("fluidpd", split, "fluidpd")
             entry["runs"][f"{x:g}"] = {
                 "scale": x,
+                "start_s": start,
+                "placed_split": split_label(split),
                 "requests": len(trace),
                 "best_split": split_label(best),
                 "systems": systems,
@@ -253,12 +274,23 @@ def run_table1(
             }
         entry["wall_s"] = time.perf_counter() - t0
         results["workloads"][name] = entry
-        results["table1"][name] = [entry["runs"][f"{head:g}"]["systems"][s] for s in SYSTEMS]
+        shown = entry["runs"][f"{head:g}"]["systems"]
+        results["table1"][name] = [shown[s] for s in (*SYSTEMS[:4], "distserve", *SYSTEMS[4:]) if s in shown]
     bar.close()
     results["goodput"] = _goodput(plan, window, seed, cache, progress) if goodput and "azure_code" in names else None
     results["goals"] = _goals(results)
     results["wall_s"] = time.perf_counter() - t_start
     return results, kept
+
+
+def placed_split(placement: str, history: Trace, base: Setup) -> int:
+    """The starting split from `placement`: "auto" searches `history`, else a placement file."""
+    from fluidpd.placement.plan import fixed_split, split_of
+    from fluidpd.placement.search import load_placement
+
+    if placement == "auto":
+        return fixed_split(history, base)[0]
+    return split_of(load_placement(placement), base.sim.n_workers)
 
 
 def _setting(window: float, seed: int, quick: bool) -> dict:

@@ -19,6 +19,9 @@ from rich.table import Table
 import fluidpd.bench.calibrate as calibrate
 import fluidpd.bench.experiments as ex
 from fluidpd.cli.argtypes import positive
+from fluidpd.core.knobs import add_flags, flag_values
+from fluidpd.placement.replan import ReplanConfig
+from fluidpd.workload.profiler import ProfilerConfig
 
 
 def _scales(text: str) -> tuple[float, ...]:
@@ -59,6 +62,10 @@ def register(sub) -> None:
     t1.add_argument("--scales", type=_scales, default=None, help="rate scales for every workload (overrides)")
     t1.add_argument("--window", type=positive(float), default=None, help="seconds of each trace (overrides)")
     t1.add_argument("--no-goodput", action="store_true", help="skip the goodput search (full mode)")
+    t1.add_argument(
+        "--placement",
+        help="starting P/D split: auto (searched on the window before each evaluated one) or a fluidpd place JSON",
+    )
     t1.set_defaults(func=run_table1)
     t2 = which.add_parser(
         "table2",
@@ -70,6 +77,19 @@ def register(sub) -> None:
     t2.add_argument("--seed", type=int, default=0)
     t2.add_argument("--window", type=positive(float), default=None, help="seconds of the phase-shift run")
     t2.set_defaults(func=run_table2)
+    rp = which.add_parser(
+        "replan",
+        help="replanning over hours: DistServe's restarts against FluidRole in place",
+        description=__import__("fluidpd.bench.replan", fromlist=["_"]).__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rp.add_argument("--phase-s", type=positive(float), default=3600.0, help="seconds of each workload phase")
+    rp.add_argument("--history-s", type=positive(float), default=600.0, help="history before the evaluated span")
+    rp.add_argument("--out", type=Path, default=Path("results/replan"), help="directory for replan.json and PNG")
+    rp.add_argument("--seed", type=int, default=0)
+    add_flags(rp, ReplanConfig)
+    add_flags(rp, ProfilerConfig)
+    rp.set_defaults(func=run_replan)
     cal = which.add_parser(
         "calibrate",
         help="fit the A100's latency knobs to the DistServe paper's figures (minutes)",
@@ -80,6 +100,54 @@ def register(sub) -> None:
     cal.add_argument("--out", type=Path, default=None, help="write here instead of the package's calibration file")
     cal.add_argument("--restart", action="store_true", help="start from the built-in start, not the shipped fit")
     cal.set_defaults(func=run_calibrate)
+
+
+def run_replan(args) -> int:
+    from fluidpd.bench.replan import ReplanWorkload, run_replan, write_replan_plot
+
+    if args.history_s >= args.phase_s * len(ReplanWorkload().phases):
+        raise ValueError("--history-s must be shorter than the workload")
+    t0 = time.perf_counter()
+    config = ReplanConfig(
+        **flag_values(args, ReplanConfig), profiler=ProfilerConfig(**flag_values(args, ProfilerConfig))
+    )
+    results, runs = run_replan(
+        ex.setup(ex.BASELINE_SPLIT, args.seed), ReplanWorkload(args.phase_s, args.history_s), config
+    )
+    console = _console()
+    phases = [p[2] for p in results["workload"]["phases"]]
+    table = Table(
+        title=f"replanning: {results['workload']['requests']} requests, start split "
+        f"{ex.split_label(results['start_split'])} from the first {args.history_s:g} s, "
+        f"restart {results['restart_s']:.1f} s"
+    )
+    for col in (
+        "system",
+        "joint attainment",
+        *phases,
+        "P99 TTFT s",
+        "P99 TBT ms",
+        "replans",
+        "role changes",
+        "GPU-s lost",
+    ):
+        table.add_column(col, justify="left" if col == "system" else "right")
+    for name, r in results["systems"].items():
+        table.add_row(
+            name,
+            _pct(r["attainment"]),
+            *(_pct(r["phase_attainment"][p]) for p in phases),
+            f"{r['ttft_p99_s']:.2f}",
+            _ms(r["tbt_p99_s"]),
+            str(sum(1 for p in r["replans"] if p["applied"])),
+            str(r["role_changes"]),
+            f"{r['gpu_s_lost']:.0f}",
+        )
+    console.print(table)
+    path = _write_json(results, args.out / "replan.json")
+    png = write_replan_plot(results, runs, args.out / "replan_roles.png")
+    console.print(f"wrote {path} and {png} ({time.perf_counter() - t0:.0f} s)")
+    return 0
 
 
 def run_calibrate(args) -> int:
@@ -162,6 +230,7 @@ def run_table1(args) -> int:
         window_s=args.window,
         seed=args.seed,
         goodput=False if args.no_goodput else None,
+        placement=args.placement,
     )
     for name, entry in results["workloads"].items():
         _print_headline(console, name, entry, results["table1"][name])
@@ -203,7 +272,11 @@ def _print_curve(console: Console, name: str, entry: dict) -> None:
     table.add_column("system")
     for x in entry["scales"]:
         table.add_column(f"x{x:g}", justify="right")
-    for s in ex.SYSTEMS:
+    for s in [
+        r
+        for r in (*ex.SYSTEMS[:4], "distserve", *ex.SYSTEMS[4:])
+        if r in entry["runs"][f"{entry['scales'][0]:g}"]["systems"]
+    ]:
         cells = []
         for x in entry["scales"]:
             run = entry["runs"][f"{x:g}"]
@@ -221,7 +294,7 @@ def _print_phases(console: Console, entry: dict) -> None:
     table.add_column("system")
     for lab in labels:
         table.add_column(lab, justify="right")
-    rows = [(s, run["systems"][s]) for s in ex.SYSTEMS] + [
+    rows = list(run["systems"].items()) + [
         (f"  static-pd {k}", r) for k, r in run["splits"].items() if k not in ("2P:6D", run["best_split"])
     ]
     for label, r in rows:

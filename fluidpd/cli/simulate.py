@@ -43,7 +43,13 @@ def register(sub) -> None:
     p.add_argument("--policy", required=True, help=f"comma-separated: {', '.join(POLICIES)}")
     add_cluster_args(p)
     p.add_argument("--rate-scale", type=positive(float), default=1.0, help="compress time by X")
-    p.add_argument("--duration", type=positive(float), default=None, help="keep the first SEC seconds")
+    p.add_argument("--start", type=float, default=0.0, help="evaluated window start, s into the rate-scaled trace")
+    p.add_argument("--duration", type=positive(float), default=None, help="evaluated window length, s (default: all)")
+    p.add_argument(
+        "--placement",
+        help="starting P/D split: auto (placement search on the --history s before --start) or a fluidpd place JSON",
+    )
+    p.add_argument("--history", type=positive(float), default=600.0, help="seconds of history for --placement auto")
     p.add_argument("--out", type=Path, help="write the rows as JSON")
     p.add_argument("--plot", type=Path, help="directory for CDF and timeline PNGs")
     p.add_argument("--goodput", action="store_true", help="binary-search the rate scale at 90%% attainment")
@@ -87,16 +93,30 @@ def run(args) -> int:
     setup = setup_from_args(args)
     setup.roofline().kv_blocks(setup.sim.block_size)  # fails early if the weights don't fit
     base = load_trace(args.trace, seed=args.seed)
-    trace = base.shaped(args.rate_scale, args.duration)
+    if args.start < 0:
+        raise ValueError(f"--start must be >= 0, got {args.start}")
+
+    def window(x: float) -> Trace:
+        scaled = base.scale_rate(x)
+        if not args.start and not args.duration:
+            return scaled
+        return scaled.window(args.start, args.duration or max(scaled.duration_s - args.start, 0.0) + 1e-6)
+
+    trace = window(args.rate_scale)
     if len(trace) == 0:
         raise ValueError("the trace window holds no requests")
+    if args.placement:
+        history = base.scale_rate(args.rate_scale).window(max(0.0, args.start - args.history), args.history)
+        k, how = placed_split(args.placement, history if args.start > 0 else None, setup)
+        setup.policy.prefill_workers = k
+        print(f"placement: {k}P:{setup.sim.n_workers - k}D ({how})", file=sys.stderr)
     results, rows = [], []
     for name in policies:
         result = run_policy(trace, name, setup)
         row = result.row()
         if args.goodput:
             row["goodput_rate_scale"] = goodput_rate_scale(
-                lambda x, name=name: simulate(base.shaped(x, args.duration), name, setup).summary["attainment"],
+                lambda x, name=name: simulate(window(x), name, setup).summary["attainment"],
                 start=args.rate_scale,
             )
         results.append(result)
@@ -111,6 +131,24 @@ def run(args) -> int:
     if args.plot:
         write_plots(results, setup.slo, args.plot)
     return 0
+
+
+def placed_split(placement: str, history: Trace | None, setup: Setup) -> tuple[int, str]:
+    """Prefill workers from `placement`: "auto" searches on `history`, else a `fluidpd place` file."""
+    from fluidpd.placement.plan import fixed_split, split_of
+
+    n = setup.sim.n_workers
+    if placement != "auto":
+        from fluidpd.placement.search import load_placement
+
+        return split_of(load_placement(Path(placement)), n), f"from {placement}"
+    if history is None:
+        raise ValueError("--placement auto searches on the history before the evaluated window: give --start > 0")
+    k, scores = fixed_split(history, setup)
+    return (
+        k,
+        f"auto: static-pd attainment {scores[k]:.1%} on {len(history)} requests of history, the best of {n - 1} splits",
+    )
 
 
 def write_plots(results: list[SimResult], slo: Slo, directory: Path) -> list[Path]:

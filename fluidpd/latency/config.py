@@ -23,6 +23,8 @@ class LatencyConfig:
     - allreduce_latency_s 8 us: fixed cost of one small all-reduce on NVLink at tp 2, growing with
       log2(tp) (tree and NVSwitch all-reduces take log2(tp) steps).
     - p2p_latency_s 10 us: fixed cost of one pipeline-stage activation send.
+    - pp_stage_loss 0.02: time lost per extra pipeline stage (imbalance, per-stage launches), as a
+      fraction of the step (the DistServe seed's worked example: 2% per extra stage).
     - overlap 1.0: how much of a kernel group's shorter bound (compute or memory) hides under the
       longer one: 1 = perfectly (time = max), 0 = not at all (time = sum). Below 1, a prefill
       chunk in a decode step costs time even while the step is memory-bound (interference).
@@ -37,8 +39,11 @@ class LatencyConfig:
     allreduce_latency_s: float = 8e-6
     p2p_latency_s: float = 10e-6
     overlap: float = 1.0
+    pp_stage_loss: float = 0.02
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.pp_stage_loss < 1.0:
+            raise ValueError(f"pp_stage_loss must be in [0, 1), got {self.pp_stage_loss}")
         if not 0.0 <= self.overlap <= 1.0:
             raise ValueError(f"overlap must be in [0, 1], got {self.overlap}")
         for f in ("mfu", "attn_efficiency", "bw_efficiency", "kv_bw_efficiency", "tp_comm_efficiency"):

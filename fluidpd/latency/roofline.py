@@ -75,6 +75,7 @@ class RooflineModel:
         else:
             self._pp_tok = self._pp_fixed = 0.0
         self._overhead = c.step_overhead_s
+        self._pp_loss = 1.0 + c.pp_stage_loss * (self.pp - 1)
         self._hidden = c.overlap
 
     # --- step times ---------------------------------------------------------------------
@@ -96,14 +97,14 @@ class RooflineModel:
         t, tok = self._full(shape)
         if tok == 0:
             return 0.0
-        return t + (self.pp - 1) * (tok * self._pp_tok + self._pp_fixed) + self._overhead
+        return t * self._pp_loss + (self.pp - 1) * (tok * self._pp_tok + self._pp_fixed) + self._overhead
 
     def stage_time(self, shape: StepShape) -> float:
         """Time of the slowest pipeline stage: the throughput-limiting step interval."""
         t, tok = self._full(shape)
         if tok == 0:
             return 0.0
-        return t / self.pp + tok * self._pp_tok + self._pp_fixed + self._overhead
+        return t * self._pp_loss / self.pp + tok * self._pp_tok + self._pp_fixed + self._overhead
 
     def prefill_time(self, n_tokens: int, prior: int = 0) -> float:
         """One prefill chunk of `n_tokens` after `prior` cached tokens, alone in a step."""

@@ -45,7 +45,8 @@ class Migrate:
 
 @dataclass(frozen=True, slots=True)
 class RunPhase:
-    """FluidRole phases 2-4 (`remap`, `dispatch`, `route`) on `worker`, which is becoming `role`.
+    """FluidRole phases 2-4 (`remap`, `dispatch`, `route`) on `worker`, which is becoming `role`,
+    or a restart's `restart` phase (the process down for `duration_s`, then up in the new role).
 
     The world reports completion through `Policy.on_phase_done`.
     """
@@ -53,3 +54,4 @@ class RunPhase:
     worker: int
     phase: str
     role: Role
+    duration_s: float | None = None  # None: the world's own time for the phase

@@ -152,19 +152,10 @@ class FluidPD(StaticPD):
 
     def force_role(self, wid: int, role: Role, view: ClusterView) -> None:
         """Admin action: switch `wid` to `role` at the next cycle (ValueError if it cannot)."""
-        if not 0 <= wid < len(view.workers):
-            raise ValueError(f"no worker {wid}")
-        w = view.workers[wid]
-        if w.role is role or w.role is Role.COLOCATED:
-            raise ValueError(f"worker {wid} is {w.role.value}; cannot switch it to {role.value}")
         leaving = {f for f, _ in self.forced}
         if self.transition is not None:
             leaving.add(self.transition.worker)
-        if wid in leaving:
-            raise ValueError(f"worker {wid} is already switching roles")
-        staying = [x for x in view.workers if x.role is w.role and x.id not in leaving]
-        if len(staying) < 2:
-            raise ValueError(f"worker {wid} is the last {w.role.value} worker")
+        fluidrole.check_switch(view, wid, role, leaving)
         self.forced.append((wid, role))
 
 

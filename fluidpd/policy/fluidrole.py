@@ -8,6 +8,10 @@ Four phases, each a visible state with timestamps:
   3. dispatch: the engine swaps its step planner / kernels to the new role.
   4. route: the coordinator registers the worker in its new pool and updates capacity.
 The drain takes what it takes; the world reports how long phases 2-4 took.
+
+A restart (what a static deployment does instead: DistServe's replanning) is a transition too:
+drain without migration, until the worker holds nothing, then `restart` (down for the restart's
+downtime, back in the new role), then `route`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from fluidpd.policy.actions import Migrate, RunPhase, StopRouting
 from fluidpd.policy.view import ClusterView, Role, WorkerView, blocks_for
 
 PHASES = ("drain", "remap", "dispatch", "route")
+RESTART_PHASES = ("drain", "restart", "route")
 
 
 @dataclass(slots=True)
@@ -33,6 +38,12 @@ class RoleTransition:
     started: dict = field(default_factory=dict)
     ended: dict = field(default_factory=dict)
     migrated: set = field(default_factory=set)
+    phases: tuple[str, ...] = PHASES
+    restart_s: float = 0.0  # restarts: the downtime
+
+    @property
+    def is_restart(self) -> bool:
+        return self.phases == RESTART_PHASES
 
     def __post_init__(self) -> None:
         self.started["drain"] = self.began_s
@@ -42,7 +53,7 @@ class RoleTransition:
         return "route" in self.ended
 
     def durations(self) -> dict[str, float]:
-        return {p: self.ended[p] - self.started[p] for p in PHASES if p in self.ended}
+        return {p: self.ended[p] - self.started[p] for p in self.phases if p in self.ended}
 
     @property
     def total_s(self) -> float:
@@ -77,16 +88,37 @@ def choose_prefill_to_decode(view: ClusterView, eligible) -> int | None:
     return min(pool, key=lambda w: (w.queued_tokens, w.num_held, w.id)).id if pool else None
 
 
-def begin(view: ClusterView, wid: int, dst_role: Role, reason: str = "auto") -> tuple[RoleTransition, list]:
+def check_switch(view: ClusterView, wid: int, role: Role, leaving: set[int]) -> None:
+    """ValueError unless `wid` may switch to `role` while the workers in `leaving` leave their roles."""
+    if not 0 <= wid < len(view.workers):
+        raise ValueError(f"no worker {wid}")
+    w = view.workers[wid]
+    if w.role is role or w.role is Role.COLOCATED:
+        raise ValueError(f"worker {wid} is {w.role.value}; cannot switch it to {role.value}")
+    if wid in leaving:
+        raise ValueError(f"worker {wid} is already switching roles")
+    staying = [x for x in view.workers if x.role is w.role and x.id not in leaving]
+    if len(staying) < 2:
+        raise ValueError(f"worker {wid} is the last {w.role.value} worker")
+
+
+def begin(
+    view: ClusterView, wid: int, dst_role: Role, reason: str = "auto", restart_s: float | None = None
+) -> tuple[RoleTransition, list]:
+    """Start a FluidRole transition, or with `restart_s` a restart into `dst_role`."""
     w = view.workers[wid]
     if w.role is dst_role or w.role is Role.COLOCATED:
         raise ValueError(f"worker {wid} is {w.role.value}; cannot switch it to {dst_role.value}")
-    return RoleTransition(wid, w.role, dst_role, view.now, reason), [StopRouting(wid)]
+    if restart_s is None:
+        return RoleTransition(wid, w.role, dst_role, view.now, reason), [StopRouting(wid)]
+    t = RoleTransition(wid, w.role, dst_role, view.now, reason, phases=RESTART_PHASES, restart_s=restart_s)
+    return t, [StopRouting(wid)]
 
 
-def drained(w: WorkerView) -> bool:
-    """Nothing left on the worker that its old role must finish."""
-    if w.transfers_out or w.transfers_in:
+def drained(w: WorkerView, restart: bool = False) -> bool:
+    """Nothing left on the worker that its old role must finish (a restart also waits for the KV
+    it holds for decode workers to be pulled)."""
+    if w.transfers_out or w.transfers_in or (restart and w.num_held):
         return False
     if w.role is Role.DECODE:
         return w.num_decoding == 0 and not w.queue and w.num_prefilling == 0
@@ -96,11 +128,12 @@ def drained(w: WorkerView) -> bool:
 def drain_step(t: RoleTransition, view: ClusterView, config: FluidRoleConfig) -> list:
     """One control cycle of a drain: migrations to issue, or the start of the remap."""
     w = view.workers[t.worker]
-    if drained(w):
-        t.ended["drain"] = t.started["remap"] = view.now
-        t.phase = "remap"
-        return [RunPhase(t.worker, "remap", t.dst_role)]
-    if w.role is not Role.DECODE:
+    if drained(w, t.is_restart):
+        nxt = t.phases[1]
+        t.ended["drain"] = t.started[nxt] = view.now
+        t.phase = nxt
+        return [RunPhase(t.worker, nxt, t.dst_role, t.restart_s if t.is_restart else None)]
+    if w.role is not Role.DECODE or t.is_restart:
         return []
     return migrations(t, w, view, config)
 
@@ -129,9 +162,9 @@ def phase_done(t: RoleTransition, phase: str, now: float) -> list:
     if phase != t.phase:
         raise ValueError(f"worker {t.worker}: phase {phase} finished during {t.phase}")
     t.ended[phase] = now
-    nxt = PHASES.index(phase) + 1
-    if nxt == len(PHASES):
+    nxt = t.phases.index(phase) + 1
+    if nxt == len(t.phases):
         return []
-    t.phase = PHASES[nxt]
+    t.phase = t.phases[nxt]
     t.started[t.phase] = now
     return [RunPhase(t.worker, t.phase, t.dst_role)]

@@ -7,13 +7,14 @@ from fluidpd.policy.base import Policy, PolicyConfig
 from fluidpd.policy.chunked import Chunked
 from fluidpd.policy.colocated import Colocated
 from fluidpd.policy.costs import CostModel
+from fluidpd.policy.distserve import DistServe
 from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.policy.fluidpd import FluidPD, FluidTokenOnly
 from fluidpd.policy.phases import DecodeOnly, PrefillOnly
 from fluidpd.policy.static_pd import StaticPD
 
 POLICIES: Registry[type[Policy]] = Registry("policy")
-for _cls in (Colocated, Chunked, StaticPD, FluidTokenOnly, FluidPD, PrefillOnly, DecodeOnly):
+for _cls in (Colocated, Chunked, StaticPD, DistServe, FluidTokenOnly, FluidPD, PrefillOnly, DecodeOnly):
     POLICIES.add(_cls.name, _cls)
 
 

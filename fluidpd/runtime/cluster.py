@@ -245,6 +245,8 @@ class RuntimeCluster(World):
             self._worker_failed(side, StepPlan(), exc)
 
     def run_phase(self, a: RunPhase, kv_blocks: int) -> None:
+        if a.phase == "restart":
+            raise RuntimeError("the runtime changes roles in place (FluidRole); it does not model restarts")
         if a.phase != "remap":
             self.loop.soon(self.phase_end, a)
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -29,11 +30,15 @@ class SimCluster(World):
         policy: Policy,
         step_time,
         kv_bytes_per_token: float,
-        kv_blocks: int,
+        kv_blocks: int | Sequence[int],
         network: Network,
         metrics: MetricsCollector,
         config: SimConfig,
+        nodes: Sequence[int] | None = None,
     ):
+        """`step_time` (and `kv_blocks`) may be one for all workers or one per worker (a deployment
+        of different instances); `nodes` overrides the node of each worker."""
+        node_of = config.node_of if nodes is None else nodes.__getitem__
         super().__init__(
             policy,
             kv_bytes_per_token,
@@ -41,11 +46,11 @@ class SimCluster(World):
             metrics,
             config.n_workers,
             config.block_size,
-            config.node_of,
+            node_of,
             EventLoop(),
         )
         self.trace, self.config, self.network = trace, config, network
-        self.step_time = step_time
+        self.step_times = list(step_time) if isinstance(step_time, Sequence) else [step_time] * config.n_workers
         self.prefill_kv_fraction = config.prefill_kv_fraction
         self.rng = np.random.default_rng(config.seed)
         self._jitter_sigma = math.sqrt(math.log1p(config.step_jitter_cv**2))
@@ -80,7 +85,7 @@ class SimCluster(World):
             self._progress(self.loop.now, self.metrics.completed)
 
     def execute(self, w: WorkerState, plan: StepPlan, shape: StepShape) -> None:
-        duration = self.step_time(shape)
+        duration = self.step_times[w.id](shape)
         if self._jitter_sigma:
             duration *= float(self.rng.lognormal(-0.5 * self._jitter_sigma**2, self._jitter_sigma))
         self.loop.at(self.loop.now + duration, EventKind.STEP_END, self._step_done, (w, plan, duration))
@@ -93,4 +98,5 @@ class SimCluster(World):
         self.loop.at(end, EventKind.TRANSFER_END, done, arg)
 
     def run_phase(self, a: RunPhase, kv_blocks: int) -> None:
-        self.loop.at(self.loop.now + self.config.phase_s(a.phase), EventKind.TRANSFER_END, self.phase_end, a)
+        took = self.config.phase_s(a.phase) if a.duration_s is None else a.duration_s
+        self.loop.at(self.loop.now + took, EventKind.TRANSFER_END, self.phase_end, a)

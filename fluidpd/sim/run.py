@@ -95,12 +95,17 @@ def simulate(
         metrics,
         setup.sim,
     )
+    return run_cluster(cluster, policy_name, progress, before_run)
+
+
+def run_cluster(cluster: SimCluster, policy_name: str, progress=None, before_run=None) -> SimResult:
+    """Run a built cluster over its trace and summarise it."""
     if before_run:
         before_run(cluster)
     t0 = time.perf_counter()
     cluster.run(progress)
     wall = time.perf_counter() - t0
-    summary = metrics.summary(len(trace))
+    summary = cluster.metrics.summary(len(cluster.trace))
     summary["sim_wall_s"] = wall
     summary["preemptions"] = sum(w.preemptions for w in cluster.workers)
     for kind in ("prefill", "decode", "mixed"):

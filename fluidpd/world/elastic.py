@@ -190,13 +190,13 @@ class Elastic:
 
     def phase_end(self, a: RunPhase) -> None:
         w = self.workers[a.worker]
-        if a.phase == "remap":
+        if a.phase in ("remap", "restart"):  # a restart comes back re-sliced and in its new role
             w.kv_blocks_total = self.remap_blocks(w, a.role)
-        elif a.phase == "dispatch":
+        if a.phase in ("dispatch", "restart"):
             w.role = a.role
             if a.role is Role.DECODE:
                 self._adopt_held(w)
-        elif a.phase == "route":
+        if a.phase == "route":
             w.routable = True
             w.role_since = self.loop.now
         self.apply(self.policy.on_phase_done(w.id, a.phase, self.loop.now))

@@ -4,6 +4,8 @@ runs (`execute`), how KV moves (`transfer`) and how long FluidRole's phases take
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fluidpd.core.metrics import MetricsCollector
 from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.request import Request
@@ -26,7 +28,7 @@ class World(Elastic):
         self,
         policy: Policy,
         kv_bytes_per_token: float,
-        kv_blocks: int,
+        kv_blocks: int | Sequence[int],
         metrics: MetricsCollector,
         n_workers: int,
         block_size: int,
@@ -37,7 +39,10 @@ class World(Elastic):
         self.kv_bytes_per_token = kv_bytes_per_token
         self.slo_tbt = metrics.slo.tbt_s
         roles = policy.roles(n_workers)
-        self.workers = [WorkerState(i, r, node_of(i), kv_blocks, block_size) for i, r in enumerate(roles)]
+        blocks = [kv_blocks] * n_workers if isinstance(kv_blocks, int) else list(kv_blocks)
+        if len(blocks) != n_workers:
+            raise ValueError(f"{len(blocks)} KV sizes for {n_workers} workers")
+        self.workers = [WorkerState(i, r, node_of(i), blocks[i], block_size) for i, r in enumerate(roles)]
         self.outstanding = 0
         self.timeline = Timeline(len(self.workers))
         self.spreads: dict = {}

@@ -59,6 +59,54 @@ def test_table1_small_run_writes_six_systems_per_workload_and_the_plots(tmp_path
     assert "surge1" in p.stdout and "Bursty goal" in p.stdout
 
 
+def test_table1_with_a_placement_starts_from_the_split_searched_on_history():
+    res, _ = ex.run_table1(
+        ["azure_conv", "phase_shift"], scales=(1.0,), window_s=120.0, goodput=False, progress=False, placement="auto"
+    )
+    for name in ("azure_conv", "phase_shift"):
+        run = res["workloads"][name]["runs"]["1"]
+        placed = run["placed_split"]
+        systems = run["systems"]
+        assert systems["distserve"]["split"] == placed
+        assert systems["distserve"]["attainment"] == run["splits"][placed]["attainment"]
+        assert systems["fluidpd"]["split"] == placed and systems["fluidtoken"]["split"] == placed
+        assert [r["system"] for r in res["table1"][name]][4] == "distserve"
+    assert res["workloads"]["azure_conv"]["runs"]["1"]["start_s"] == 120.0  # after its history window
+    assert res["workloads"]["phase_shift"]["runs"]["1"]["start_s"] == 0.0  # history: another draw
+
+
+def test_replan_experiment_runs_as_documented(tmp_path):
+    out = tmp_path / "rp"
+    p = fluidpd(
+        "experiment",
+        "replan",
+        "--phase-s",
+        "300",
+        "--history-s",
+        "120",
+        "--profile-window",
+        "120",
+        "--persist-s",
+        "60",
+        "--check-s",
+        "30",
+        "--out",
+        str(out),
+    )
+    assert p.returncode == 0, p.stderr
+    res = json.loads((out / "replan.json").read_text())
+    assert set(res["systems"]) == {"static-pd", "distserve", "fluidpd"}
+    assert res["restart_s"] == pytest.approx(RestartModel().costs(70e9 * 1.0)["cold process restart"][2], rel=0.05)
+    static, dist, fluid = (res["systems"][s] for s in ("static-pd", "distserve", "fluidpd"))
+    assert static["role_changes"] == 0 and not static["replans"]
+    assert dist["replans"] and dist["restarts"] == dist["role_changes"] > 0 and dist["gpu_s_lost"] > 0
+    assert fluid["restarts"] == 0 and fluid["gpu_s_lost"] < dist["gpu_s_lost"]
+    for r in res["systems"].values():
+        assert set(r["phase_attainment"]) == {"1:azure_conv", "2:azure_code", "3:azure_conv"}
+    assert (out / "replan_roles.png").stat().st_size > 5000
+    assert "replanning:" in p.stdout
+
+
 @pytest.mark.slow
 def test_table1_quick_as_documented(tmp_path):
     out = tmp_path / "q"

@@ -1,0 +1,164 @@
+"""Replanning over hours: DistServe's restart-based replanning against FluidPD applying the same
+plans in place (DistServe Section VI; `fluidpd experiment replan`).
+
+The workload: hour-long phases cut from the shipped Azure traces, conversation (long outputs) then
+code (long prompts, short outputs) then conversation again, so the best split moves twice. The
+first `history_s` seconds are history only: the starting split is searched on them (static-pd
+over every split), and attainment is reported on what follows. Systems:
+  static-pd   the starting split, never changed;
+  distserve   static-pd plus the replanner: a changed worker drains, goes down for the modelled
+              cold restart (`fluidpd experiment table2`'s model), and comes back in its new role;
+  fluidpd     FluidPD from the same split, with the same replanner applying its plans in place.
+GPU-seconds lost: for restarts, the downtime (and the drain before it) times the worker's GPUs;
+for FluidRole, the whole transition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from fluidpd.bench.restarts import RestartModel
+from fluidpd.bench.simrun import attainment_between
+from fluidpd.placement.plan import fixed_split
+from fluidpd.placement.replan import ReplanConfig, Replanner
+from fluidpd.sim.run import Setup, SimResult, simulate
+from fluidpd.workload.registry import load_trace
+from fluidpd.workload.trace import Trace, compose
+
+PHASES = (("azure_conv", 1.5), ("azure_code", 1.0), ("azure_conv", 1.5))  # (trace, rate scale)
+SYSTEMS = ("static-pd", "distserve", "fluidpd")
+RESTART = "cold process restart"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplanWorkload:
+    """Phases of `phase_s` seconds each, cut from the shipped traces at their rate scales."""
+
+    phase_s: float = 3600.0
+    history_s: float = 600.0
+    phases: tuple[tuple[str, float], ...] = PHASES
+
+    def trace(self) -> Trace:
+        parts = []
+        for name, scale in self.phases:
+            t = load_trace(name).scale_rate(scale)
+            parts.append(t.window(0.0, min(self.phase_s, t.duration_s)))
+        return compose(parts, name="+".join(n for n, _ in self.phases))
+
+    def bounds(self, trace: Trace) -> list[tuple[float, float, str]]:
+        """(start, end, label) of each phase in the composed trace."""
+        out, t0 = [], 0.0
+        for i, (name, _) in enumerate(self.phases):
+            d = min(self.phase_s, load_trace(name).scale_rate(self.phases[i][1]).duration_s)
+            out.append((t0, t0 + d, f"{i + 1}:{name}"))
+            t0 += d
+        return out
+
+
+def run_replan(
+    base: Setup, workload: ReplanWorkload | None = None, config: ReplanConfig | None = None, progress: bool = True
+) -> tuple[dict, dict[str, SimResult]]:
+    """Every system on the workload; (JSON-ready results, the runs for plots)."""
+    wl = workload or ReplanWorkload()
+    trace = wl.trace()
+    history = trace.window(0.0, wl.history_s)
+    k0, scores = fixed_split(history, base)
+    setup = dataclasses.replace(base, policy=dataclasses.replace(base.policy, prefill_workers=k0))
+    restart_s = RestartModel().costs(base.model.weight_bytes)[RESTART][2]
+    end = trace.duration_s
+    results: dict = {
+        "workload": {"phases": wl.bounds(trace), "requests": len(trace), "history_s": wl.history_s},
+        "start_split": k0,
+        "start_split_attainment_on_history": scores,
+        "restart_s": restart_s,
+        "restart_mechanism": RESTART,
+        "systems": {},
+    }
+    runs: dict[str, SimResult] = {}
+    for system in tqdm(SYSTEMS, desc="replan", unit="system", file=sys.stderr, disable=not progress):
+        replanner = Replanner(setup, config, restart_s) if system != "static-pd" else None
+        policy = "static-pd" if system == "static-pd" else system
+        res = simulate(trace, policy, setup, keep_requests=True, before_run=replanner.attach if replanner else None)
+        runs[system] = res
+        results["systems"][system] = _row(res, system, trace, wl, base, replanner, end)
+    return results, runs
+
+
+def _row(res: SimResult, system: str, trace: Trace, wl: ReplanWorkload, setup: Setup, replanner, end: float) -> dict:
+    slo = setup.slo
+    finished = res.cluster.metrics.finished or []
+    evaluated = [r for r in finished if r.arrival_s >= wl.history_s]
+    n = int((trace.arrival_s >= wl.history_s).sum())
+    ok = [r for r in evaluated if r.ttft_s <= slo.ttft_s and r.tpot_s <= slo.tbt_s]
+    ttft = np.array([r.ttft_s for r in evaluated]) if evaluated else np.array([np.nan])
+    transitions = getattr(res.cluster.policy, "transitions", [])
+    lost = drain = 0.0
+    for t in transitions:
+        d = t.durations()
+        if t.is_restart:
+            lost += d.get("restart", 0.0) + d.get("route", 0.0)
+            drain += d.get("drain", 0.0)
+        elif t.done:
+            lost += t.total_s
+    gpus = setup.sim.tp
+    return {
+        "system": system,
+        "attainment": len(ok) / n if n else float("nan"),
+        "attainment_all": res.summary["attainment"],
+        "strict_attainment_all": res.summary["strict_attainment"],
+        "ttft_p99_s": float(np.percentile(ttft, 99)),
+        "tbt_p99_s": res.summary["tbt_p99_s"],
+        "phase_attainment": {
+            label: attainment_between(res, trace, slo, max(a, wl.history_s), b) for a, b, label in wl.bounds(trace)
+        },
+        "replans": [dataclasses.asdict(p) for p in replanner.replans] if replanner else [],
+        "role_changes": len(transitions),
+        "restarts": sum(1 for t in transitions if t.is_restart),
+        "gpu_s_lost": lost * gpus,
+        "gpu_s_draining": drain * gpus,
+        "gpu_s_total": end * setup.sim.n_workers * gpus,
+    }
+
+
+def write_replan_plot(results: dict, runs: dict[str, SimResult], path: Path) -> Path:
+    """Prefill workers over time for every system, over the workload's arrival rate and phases."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_rate, ax_roles) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, height_ratios=(1, 2))
+    trace_end = max(b for _, b, _ in results["workload"]["phases"])
+    for a, b, label in results["workload"]["phases"]:
+        for ax in (ax_rate, ax_roles):
+            ax.axvspan(a / 3600, b / 3600, alpha=0.08, color="tab:grey" if label.endswith("code") else "tab:blue")
+        ax_rate.text((a + b) / 7200, 0.95, label, ha="center", va="top", transform=ax_rate.get_xaxis_transform())
+    any_run = next(iter(runs.values()))
+    arrivals = any_run.cluster.trace.arrival_s
+    bins = np.arange(0.0, trace_end + 60.0, 60.0)
+    counts, _ = np.histogram(arrivals, bins)
+    ax_rate.plot(bins[:-1] / 3600, counts / 60.0, color="black", lw=0.8)
+    ax_rate.set_ylabel("arrivals (req/s)")
+    for system, res in runs.items():
+        tl = res.cluster.timeline
+        prefill = [sum(1 for r in row if r == "prefill") for row in tl.role]
+        ax_roles.step(np.array(tl.t) / 3600, prefill, where="post", label=system)
+    for row in results["systems"].values():
+        for p in row["replans"]:
+            ax_roles.axvline(p["at_s"] / 3600, color="grey", lw=0.6, ls=":")
+    ax_roles.set_ylabel("prefill workers")
+    ax_roles.set_xlabel("hours")
+    ax_roles.axvline(results["workload"]["history_s"] / 3600, color="black", lw=0.8, ls="--")
+    ax_roles.legend(loc="upper right")
+    ax_roles.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

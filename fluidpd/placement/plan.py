@@ -1,0 +1,86 @@
+"""Placement from a history window: the search on a model, GPU and SLOs, and the split of a fixed
+cluster that `fluidpd simulate` and `fluidpd experiment` start their P/D policies from."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fluidpd.core.metrics import Slo
+from fluidpd.latency.config import LatencyConfig
+from fluidpd.placement.config import PlaceConfig
+from fluidpd.placement.search import Placement, Progress, search
+from fluidpd.placement.simulated import SimulatedGoodput
+from fluidpd.sim.config import SimConfig
+from fluidpd.sim.run import Setup, simulate
+from fluidpd.specs.hardware import HardwareSpec
+from fluidpd.specs.models import ModelSpec
+from fluidpd.workload.fitted import WorkloadModel
+from fluidpd.workload.trace import Trace
+
+MIN_HISTORY = 20  # requests: fewer fit no distribution worth searching on
+
+
+def fit_history(history: Trace, replay: bool = False) -> WorkloadModel:
+    if len(history) < MIN_HISTORY:
+        raise ValueError(f"the history window holds {len(history)} requests; a placement needs at least {MIN_HISTORY}")
+    return WorkloadModel.fit(history, replay=replay)
+
+
+def estimator(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    slo: Slo,
+    workload: WorkloadModel,
+    config: PlaceConfig,
+    latency: LatencyConfig | None = None,
+    seed: int = 0,
+    sim: SimConfig | None = None,
+) -> SimulatedGoodput:
+    return SimulatedGoodput(
+        model,
+        hw,
+        slo,
+        workload,
+        attainment=config.attainment,
+        requests=config.requests,
+        seed=seed,
+        latency=latency,
+        gpus_per_node=config.gpus_per_node,
+        iters=config.iters,
+        sim=sim or SimConfig(),
+    )
+
+
+def place(est: SimulatedGoodput, config: PlaceConfig, progress: Progress | None = None) -> Placement:
+    """DistServe's search for the estimator's workload at `config.rate` (default: the workload's
+    own rate); with `--algorithm auto`, the NIC bandwidth decides between Algorithms 1 and 2."""
+    if config.rate:
+        est.workload = est.workload.at_rate(config.rate)
+    kv = float(est.workload.prompt_len.mean()) * est.model.kv_bytes_per_token
+    return search(est, config, est.workload.rate, kv, est.hw.internode_bw, progress)
+
+
+def split_of(placement: Placement, n_workers: int) -> int:
+    """Prefill workers of a fixed `n_workers` cluster in the placement's proportion (>= 1 each side)."""
+    if n_workers < 2:
+        raise ValueError("a P/D split needs at least 2 workers")
+    return min(n_workers - 1, max(1, round(n_workers * placement.prefill_share())))
+
+
+def fixed_split(history: Trace, setup: Setup) -> tuple[int, dict[int, float]]:
+    """The split of a fixed cluster (`setup.sim.n_workers` alike workers) a search picks from
+    history: every k prefill workers simulated under static-pd on the history window, the highest
+    joint attainment kept (ties: the middle one of the best). Per-instance goodputs would miss how
+    the dispatcher pools a fixed cluster's queues; the whole cluster is cheap to simulate."""
+    n = setup.sim.n_workers
+    if n < 2:
+        raise ValueError("a P/D split needs at least 2 workers")
+    if len(history) < MIN_HISTORY:
+        raise ValueError(f"the history window holds {len(history)} requests; a split needs at least {MIN_HISTORY}")
+    scores = {}
+    for k in range(1, n):
+        s = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, prefill_workers=k))
+        scores[k] = simulate(history, "static-pd", s).summary["attainment"]
+    best = max(scores.values())
+    tied = [k for k in scores if scores[k] == best]
+    return tied[len(tied) // 2], scores  # the middle of the best: headroom on both sides

@@ -1,0 +1,56 @@
+"""`distserve`: static-pd whose split a planner changes by restarting workers (DistServe Section VI).
+
+Between replans it is static-pd. `restart_to(wid, role)` queues a restart: the worker stops taking
+work, finishes what it has (no migration: DistServe moves no live KV), waits for decode workers to
+pull the KV it holds, goes down for `restart_s` (the modelled cold restart), and comes back in its
+new role. Restarts of different workers run at once, as a redeploy of the changed instances does.
+"""
+
+from __future__ import annotations
+
+from fluidpd.policy import fluidrole
+from fluidpd.policy.fluidrole import RoleTransition
+from fluidpd.policy.static_pd import StaticPD
+from fluidpd.policy.view import ClusterView, Role
+
+
+class DistServe(StaticPD):
+    """static-pd with replanning by restart."""
+
+    name = "distserve"
+    uses_tick = True
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.restart_s = 0.0  # set by the planner from the restart model
+        self.pending: list[tuple[int, Role]] = []
+        self.active: dict[int, RoleTransition] = {}
+        self.transitions: list[RoleTransition] = []
+
+    def restart_to(self, wid: int, role: Role, view: ClusterView) -> None:
+        """Queue a restart of `wid` into `role` (ValueError if it cannot happen)."""
+        leaving = {w for w, _ in self.pending} | set(self.active)
+        fluidrole.check_switch(view, wid, role, leaving)
+        self.pending.append((wid, role))
+
+    def tick(self, view: ClusterView) -> list:
+        actions: list = []
+        for wid, role in self.pending:
+            t, start = fluidrole.begin(view, wid, role, "replan", restart_s=self.restart_s)
+            self.active[wid] = t
+            self.transitions.append(t)
+            actions += start
+        self.pending.clear()
+        for t in list(self.active.values()):
+            if t.phase == "drain":
+                actions += fluidrole.drain_step(t, view, fluidrole.FluidRoleConfig())
+        return actions
+
+    def on_phase_done(self, wid: int, phase: str, now: float) -> list:
+        t = self.active.get(wid)
+        if t is None:
+            raise ValueError(f"no restart of worker {wid} in progress")
+        actions = fluidrole.phase_done(t, phase, now)
+        if t.done:
+            del self.active[wid]
+        return actions
