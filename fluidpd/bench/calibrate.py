@@ -144,7 +144,7 @@ def figure1(lat: LatencyConfig) -> dict[str, float]:
             get_model(MODEL, DTYPE),
             get_hardware(GPU),
             FIG1_SLO,
-            SimConfig(n_workers=workers, seed=0),
+            SimConfig(n_workers=workers, seed=0, hold_first_token=False),  # DistServe: token 1 out of prefill
             PolicyConfig(prefill_workers=prefill),
             latency=lat,
         )

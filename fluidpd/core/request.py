@@ -34,6 +34,7 @@ class Request:
     migrations: int = 0
     borrowed: bool = False  # prefilled (partly) by FluidToken on a decode worker
     moved: bool = False  # its KV just arrived over a link: the next gap is a hand-off gap
+    held_first: bool = False  # its first token waits for its first decode step (World.hold_first_token)
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1 or self.output_len < 1:

@@ -87,3 +87,14 @@ def fit_chunk_time(
     if best is None:
         raise ValueError(f"{points} points leave no knee to search for a degree-{degree} fit")
     return best
+
+
+def fit_attention_pair_time(model: RooflineModel, chunk: int = 256, prior: int = 4096) -> float:
+    """Attention time of one query-key pair: how much dearer a chunk gets per earlier token it
+    attends to (a chunk of `chunk` tokens after `prior` against the same chunk after none)."""
+    if chunk < 1 or prior < 1:
+        raise ValueError("chunk and prior must be >= 1")
+    alone, after = StepShape(), StepShape()
+    alone.add_chunk(chunk, 0)
+    after.add_chunk(chunk, prior)
+    return max(0.0, (model.step_time(after) - model.step_time(alone)) / (chunk * prior))

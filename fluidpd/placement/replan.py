@@ -16,6 +16,7 @@ from fluidpd.policy.view import Role
 from fluidpd.sim.cluster import SimCluster
 from fluidpd.sim.run import Setup
 from fluidpd.workload.profiler import ProfilerConfig, WorkloadProfiler
+from fluidpd.workload.trace import Trace
 from fluidpd.world.events import EventKind
 
 
@@ -47,12 +48,28 @@ class Replan:
 class Replanner:
     """Drives a cluster's split from the profiler: restarts under distserve, FluidRole under fluidpd."""
 
-    def __init__(self, setup: Setup, config: ReplanConfig | None = None, restart_s: float = 0.0):
+    def __init__(
+        self,
+        setup: Setup,
+        config: ReplanConfig | None = None,
+        restart_s: float = 0.0,
+        history: Trace | None = None,
+    ):
+        """`history`: what the profiler saw before the run (the window the first plan was made on)."""
         self.setup, self.config, self.restart_s = setup, config or ReplanConfig(), restart_s
-        self.profiler = WorkloadProfiler(self.config.profiler)
+        self.profiler = self.make_profiler()
         self.replans: list[Replan] = []
         self._seen = 0
         self._next_arrival = 0
+        if history is not None and len(history):
+            span = history.duration_s
+            for a, p, o in zip(history.arrival_s.tolist(), history.prompt_len.tolist(), history.output_len.tolist()):
+                self.profiler.observe_arrival(a - span, p)
+                self.profiler.observe_finished(a - span, o)
+            self.profiler.rebase(0.0)
+
+    def make_profiler(self) -> WorkloadProfiler:
+        return WorkloadProfiler(self.config.profiler)
 
     def attach(self, cluster: SimCluster) -> None:
         """`simulate(..., before_run=replanner.attach)`: checks every check_s until the last arrival."""
@@ -83,15 +100,21 @@ class Replanner:
     def _check(self, _) -> None:
         now = self.cluster.loop.now
         self._observe(now)
-        if not self.profiler.shifted(now):
+        k = self.plan(now)
+        if k is None:
             return
         before = self._target()
-        k, _ = fixed_split(self.profiler.history(now), self.setup)
         s = self.profiler.rebase(now)
         assert s is not None
         plan = Replan(now, before, k, s.rate, s.prompt_mean, s.output_mean)
         plan.applied = self._apply(k - before)
         self.replans.append(plan)
+
+    def plan(self, now: float) -> int | None:
+        """The new split, or None to keep this one: DistServe searches again once a shift persists."""
+        if not self.profiler.shifted(now):
+            return None
+        return fixed_split(self.profiler.history(now), self.setup)[0]
 
     def _target(self) -> int:
         """Prefill workers once every switch already under way has landed."""

@@ -16,3 +16,4 @@ class CostModel:
     prefill_time: Polynomial  # f_P(s): prefill time of s tokens on a prefill worker
     chunk_time: Polynomial  # time of s tokens fused into a one-request decode step
     decode_ref_s: float | None = None  # the one-request decode step measured next to chunk_time (if any)
+    attn_pair_s: float | None = None  # attention time of one query-key pair (None: from chunk_time's fit)

@@ -46,7 +46,7 @@ class FluidPD(StaticPD):
             raise ValueError(f"{self.name} needs a CostModel (SLOs and the fitted step times)")
         self.fluid = fluid = fluid or FluidConfig()
         self.costs = costs
-        self.token = FluidToken(costs.chunk_time, costs.slo.tbt_s, fluid.token, costs.decode_ref_s)
+        self.token = FluidToken(costs.chunk_time, costs.slo.tbt_s, fluid.token, costs.decode_ref_s, costs.attn_pair_s)
         self.state = BALANCED
         self.pressure = Pressure(0.0, 0.0, 0.0)
         self.history: list[tuple[float, float, float, str]] = []
@@ -124,9 +124,21 @@ class FluidPD(StaticPD):
     def _can_move(self, view: ClusterView):
         def eligible(w) -> bool:
             same = sum(1 for x in view.workers if x.role is w.role and x.routable)
-            return same >= 2 and view.now - w.role_since >= self.fluid.tau_residence_s
+            if same < 2 or view.now - w.role_since < self.fluid.tau_residence_s:
+                return False
+            return w.role is not Role.DECODE or self._decode_floor_holds(view, w)
 
         return eligible
+
+    def _decode_floor_holds(self, view: ClusterView, leaving) -> bool:
+        """The decode pool without `leaving` still holds the KV decode needs (what is in use and
+        promised to hand-offs, with FluidToken's headroom kept free) and stays below theta_D_high."""
+        pool = [x for x in view.workers if x.role is Role.DECODE and x.routable]
+        rest = [x for x in pool if x.id != leaving.id]
+        demand = sum(x.kv_blocks_used + x.pull_blocks_pending for x in pool)
+        room = (1.0 - self.fluid.token.kv_headroom) * sum(x.kv_blocks_total for x in rest)
+        dpi = self.pressure.dpi * len(pool) / max(len(rest), 1)
+        return bool(rest) and demand <= room and dpi < self.fluid.theta_d_high
 
     def _start(self, view: ClusterView, wid: int | None, role: Role, reason: str = "auto") -> list:
         if wid is None:

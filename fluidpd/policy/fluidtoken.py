@@ -1,17 +1,17 @@
 """FluidToken: decode workers with slack run bounded prefill chunks inside the TBT budget.
 
 slack = SLO_TBT - T_iter(B) - delta_guard. T_iter is an EWMA of the worker's measured decode-only
-steps; delta_guard is learned (JitterTracker) from how far every measured step exceeded the
-planner's estimate: step-time jitter, plus the chunk cost model's error on mixed steps. The
-chunk cost model itself is calibrated online per worker: each mixed step updates a scale
-(measured chunk part / modelled), so a worker slower than the fit (e.g. sharing its CPU) takes
-smaller chunks after one step instead of after the guard has seen enough tails.
+steps; delta_guard is the seed's rule, 1.5 x the p99.9 of how far decode-only steps ran over T_iter
+(step-time jitter; JitterTracker). The chunk cost model's own error is not jitter: it is corrected
+online per worker by a scale (measured chunk part of each mixed step / modelled), so a worker
+slower than the fit (e.g. sharing its CPU) takes smaller chunks after one step.
 The chunk runs fused into the decode step's forward pass, so its cost is marginal: with g the
 fitted time of n tokens fused into a one-request decode step (flat while the dense layers stay
-memory-bound, then compute), a chunk of c tokens after `prior` tokens of its prompt, in a step
-with B decodes, costs g(B + prior + c) - g(B + prior): the decodes use up the free compute first,
-and earlier chunks make attention dearer (conservative on purpose). C_chunk is the largest c that
-fits the slack. A borrowed request's KV stays on the decode worker, which then decodes it; a
+memory-bound, then compute), c prompt tokens after `prior` tokens of their prompt, in a step with
+B decodes, cost g(B + c) - g(B) (the dense layers see B + c tokens; the decodes use up the free
+compute first) plus c x prior x the attention time of one query-key pair (the earlier tokens are
+attended to, not recomputed). C_chunk is the largest c that fits the slack. A borrowed
+request's KV stays on the decode worker, which then decodes it; a
 prompt longer than one chunk runs as chunks over successive iterations, and a prompt of at least
 `split_min_tokens` spreads over several decode workers with slack at once: piece j attends to the
 pieces before it (context-parallel, its cost counts that prior), and when all pieces are done the
@@ -64,8 +64,13 @@ class FluidToken:
         slo_tbt_s: float,
         config: FluidTokenConfig | None = None,
         decode_ref_s: float | None = None,
+        attn_pair_s: float | None = None,
     ):
         self.chunk_time = chunk_time
+        # one query-key pair of attention; without a measured figure, the fit's quadratic term
+        # (a chunk's causal self-attention: c^2 / 2 pairs) gives it
+        quad = chunk_time.coeffs[-3] if len(chunk_time.coeffs) >= 3 else 0.0
+        self.attn_pair_s = attn_pair_s if attn_pair_s is not None else max(0.0, 2.0 * quad)
         self.slo_tbt_s = slo_tbt_s
         self.config = config or FluidTokenConfig()
         self.jitter: dict[int, JitterTracker] = {}
@@ -95,8 +100,8 @@ class FluidToken:
             return
         scale = self.cost_scale(w)
         est = self.chunks_cost(w.num_decoding, plan, scale)
-        self.tracker(w.id).observe(duration_s - prev - est)
         if not plan.chunks:
+            self.tracker(w.id).observe(duration_s - prev)
             self.t_iter_s[w.id] = prev + EWMA * (duration_s - prev)
         elif est > 0:
             ratio = (duration_s - prev) / (est / scale)
@@ -122,32 +127,42 @@ class FluidToken:
 
     def chunk_cost(self, batch: int, prior: int, c: int, scale: float = 1.0) -> float:
         """Marginal time of c prompt tokens (after `prior` of them) fused into a B-decode step."""
-        base = batch + prior
-        return scale * (self.chunk_time(base + c) - self.chunk_time(base))
+        g = self.chunk_time
+        return scale * (g(batch + c) - g(batch) + self.attn_pair_s * c * prior)
 
     def chunks_cost(self, batch: int, plan: StepPlan, scale: float = 1.0) -> float:
-        total, used = 0.0, batch
-        for req, c in plan.chunks:
-            total += self.chunk_cost(used, req.kv_prior, c, scale)
-            used += c
-        return total
+        g = self.chunk_time
+        tokens = sum(c for _, c in plan.chunks)
+        pairs = sum(c * req.kv_prior for req, c in plan.chunks)
+        if not tokens:
+            return 0.0
+        return scale * (g(batch + tokens) - g(batch) + self.attn_pair_s * pairs)
 
     def chunk_tokens(self, w: WorkerView, prior: int = 0) -> int:
         """C_chunk: the largest c with chunk_cost(B, prior, c) <= slack (0 if below min_chunk)."""
         budget = self.slack(w) / self.cost_scale(w)
         if budget <= 0:
             return 0
-        base = w.num_decoding + prior
-        top = self.chunk_time.inverse_max(budget + self.chunk_time(base), base + self.config.max_chunk, base + 1)
-        c = top - base
-        return c if c >= self.config.min_chunk else 0
+        b = w.num_decoding
+        lo, hi = 0, self.config.max_chunk  # invariant: cost(lo) <= budget
+        if self.chunk_cost(b, prior, hi) <= budget:
+            lo = hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.chunk_cost(b, prior, mid) <= budget:
+                lo = mid
+            else:
+                hi = mid
+        return lo if lo >= self.config.min_chunk else 0
 
     def plan(self, w: WorkerView, max_num_seqs: int) -> StepPlan:
         """A decode worker's step: every decode, plus borrowed prefill chunks within C_chunk."""
         plan = StepPlan(decode=w.num_decoding > 0)
         if w.queue:
-            if not plan.decode:  # no decode to protect: prefill as a prefill worker would
-                plan.chunks = chunks_within(w, self.config.max_chunk, max_num_seqs)
+            if not plan.decode:  # nothing decodes yet, but a hand-off may land any moment: keep
+                # the step within what a decode step's slack would allow, so its first gap stays bounded
+                budget = self.chunk_tokens(w, w.queue[0].kv_prior) or self.config.min_chunk
+                plan.chunks = chunks_within(w, budget, max_num_seqs)
                 return plan
             budget = self.chunk_tokens(w, w.queue[0].kv_prior)
             if budget:

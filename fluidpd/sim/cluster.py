@@ -52,6 +52,7 @@ class SimCluster(World):
         self.trace, self.config, self.network = trace, config, network
         self.step_times = list(step_time) if isinstance(step_time, Sequence) else [step_time] * config.n_workers
         self.prefill_kv_fraction = config.prefill_kv_fraction
+        self.hold_first_token = config.hold_first_token
         self.rng = np.random.default_rng(config.seed)
         self._jitter_sigma = math.sqrt(math.log1p(config.step_jitter_cv**2))
         self._progress = None

@@ -108,9 +108,11 @@ def simulate_deployment(
     )
     costs = None
     if POLICIES.get(policy_name).needs_costs:
-        from fluidpd.latency.fit import fit_chunk_time, fit_prefill_time
+        from fluidpd.latency.fit import fit_attention_pair_time, fit_chunk_time, fit_prefill_time
 
-        costs = CostModel(slo, fit_prefill_time(first), fit_chunk_time(first))
+        costs = CostModel(
+            slo, fit_prefill_time(first), fit_chunk_time(first), attn_pair_s=fit_attention_pair_time(first)
+        )
     pol = make_policy(policy_name, cfg, fluid, costs)
     network = Network(NetworkConfig(intra_node_bw=hw.nvlink_bw_unidir, inter_node_bw=hw.internode_bw))
     cluster = SimCluster(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from fluidpd.core.metrics import MetricsCollector, Slo
 from fluidpd.latency.config import LatencyConfig
-from fluidpd.latency.fit import fit_chunk_time, fit_prefill_time
+from fluidpd.latency.fit import fit_attention_pair_time, fit_chunk_time, fit_prefill_time
 from fluidpd.latency.roofline import RooflineModel
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.costs import CostModel
@@ -42,7 +42,12 @@ class Setup:
 
     def costs(self, roofline: RooflineModel) -> CostModel:
         """FluidPD's cost model: f_P and the fused-chunk time fitted on the latency model."""
-        return CostModel(self.slo, fit_prefill_time(roofline), fit_chunk_time(roofline))
+        return CostModel(
+            self.slo,
+            fit_prefill_time(roofline),
+            fit_chunk_time(roofline),
+            attn_pair_s=fit_attention_pair_time(roofline),
+        )
 
     def network(self) -> Network:
         hw = self.hardware

@@ -48,6 +48,9 @@ class World(Elastic):
         self.spreads: dict = {}
         self.prefill_kv_fraction = 1.0
         self.prefill_kv_floor = 1  # a prefill worker's arena keeps at least this many KV blocks
+        # a handed-off request's first token is released with its first decode step on the decode
+        # worker (TTFT a transfer and at most a step later; the hand-off gap bounded by one step)
+        self.hold_first_token = False
 
     @property
     def now(self) -> float:
@@ -138,6 +141,10 @@ class World(Elastic):
         shape = StepShape()
         w.step_growth = 0
         if plan.decode:
+            for joiner in w.joiners:
+                if joiner.held_first:
+                    joiner.first_token_s = joiner.last_token_s = self.loop.now
+                    joiner.held_first = False
             w.step_growth = w.growth_blocks()
             w.allocate(w.step_growth)
             n = len(w.decoding)
@@ -171,6 +178,7 @@ class World(Elastic):
         req.preemptions += 1
         req.prefill_target = req.prompt_len + req.generated
         req.prefilled = 0
+        req.held_first = False  # its first token goes out as it stands
         req.worker = -1
         self.submit(req, front=True)
 
@@ -228,6 +236,7 @@ class World(Elastic):
             return
         w.held[req.id] = req
         req.worker = w.id
+        req.held_first = self.hold_first_token and req.generated == 1
         d = self.workers[dst]
         d.pulls.append(req)
         d.pull_blocks_pending += w.blocks_of(req)

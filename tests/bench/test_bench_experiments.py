@@ -47,32 +47,37 @@ def check_table1_output(out, scales: dict):
     return res
 
 
-def test_table1_small_run_writes_six_systems_per_workload_and_the_plots(tmp_path):
+def test_table1_small_run_writes_every_system_per_workload_and_the_plots(tmp_path):
     out = tmp_path / "t1"
-    p = fluidpd("experiment", "table1", "--window", "60", "--scales", "1,2", "--no-goodput", "--out", str(out))
+    p = fluidpd("experiment", "table1", "--window", "120", "--scales", "1,2", "--no-goodput", "--out", str(out))
     assert p.returncode == 0, p.stderr
     res = check_table1_output(out, {name: [1.0, 2.0] for name in ex.WORKLOADS})
     assert res["goodput"] is None
     assert res["setting"]["ttft_justification"]["p99_prompt_tokens"] == 7436
     assert 0.8 < res["setting"]["ttft_justification"]["prefill_alone_s"] < 2.0
     assert "7,436 tokens" in p.stdout and "Table 1: azure_code x1" in p.stdout
-    assert "surge1" in p.stdout and "Bursty goal" in p.stdout
+    assert "surge1" in p.stdout and "Bursty goal" in p.stdout and "ORACLE" in p.stdout
+    assert (out / "fluidpd_azure_code_timeline.png").stat().st_size > 5000
 
 
-def test_table1_with_a_placement_starts_from_the_split_searched_on_history():
-    res, _ = ex.run_table1(
-        ["azure_conv", "phase_shift"], scales=(1.0,), window_s=120.0, goodput=False, progress=False, placement="auto"
-    )
+def test_table1_tunes_on_history_and_every_p_d_system_starts_from_distserve_split():
+    res, _ = ex.run_table1(["azure_conv", "phase_shift"], scales=(1.0,), window_s=120.0, goodput=False, progress=False)
     for name in ("azure_conv", "phase_shift"):
         run = res["workloads"][name]["runs"]["1"]
-        placed = run["placed_split"]
+        tuned = run["tuned_on_history"]
+        placed = tuned["split_label"]
+        assert tuned["split_attainment"][placed] == max(tuned["split_attainment"].values())
+        assert tuned["chunk_budget_attainment"][tuned["chunk_budget"]] == max(tuned["chunk_budget_attainment"].values())
+        assert set(tuned["chunk_budget_attainment"]) == set(ex.CHUNK_BUDGETS)
         systems = run["systems"]
-        assert systems["distserve"]["split"] == placed
-        assert systems["distserve"]["attainment"] == run["splits"][placed]["attainment"]
-        assert systems["fluidpd"]["split"] == placed and systems["fluidtoken"]["split"] == placed
-        assert [r["system"] for r in res["table1"][name]][4] == "distserve"
-    assert res["workloads"]["azure_conv"]["runs"]["1"]["start_s"] == 120.0  # after its history window
-    assert res["workloads"]["phase_shift"]["runs"]["1"]["start_s"] == 0.0  # history: another draw
+        for s in ("distserve", "autoscaler", "fluidtoken", "fluidpd"):
+            assert systems[s]["split"] == placed, s
+        assert systems["static-pd best"]["what"].startswith("ORACLE")
+        assert all(r["what"] for r in systems.values())
+        assert isinstance(systems["autoscaler"]["replans"], list)
+    assert res["workloads"]["azure_conv"]["start_s"] == 120.0  # after its history window
+    assert res["workloads"]["phase_shift"]["start_s"] == 0.0  # history: another draw of the process
+    assert set(res["goals"]["dominates"]) == {"azure_conv", "phase_shift"}
 
 
 def test_replan_experiment_runs_as_documented(tmp_path):

@@ -125,3 +125,21 @@ def test_distserve_refuses_to_restart_the_last_worker_of_a_role():
 
     with pytest.raises(ValueError, match="last"):
         pol.restart_to(0, Role.DECODE, View())
+
+
+def test_the_sla_planner_sizes_the_split_from_the_last_interval():
+    from fluidpd.placement.autoscaler import AutoscalerConfig, SlaPlanner
+
+    trace = _shifting_workload()
+    planner = SlaPlanner(_setup(2), AutoscalerConfig(interval_s=30.0), restart_s=10.0)
+    res = simulate(trace, "distserve", _setup(2), keep_requests=True, before_run=planner.attach)
+    assert planner.replans
+    chat = [p for p in planner.replans if p.at_s <= 300.0]
+    code = [p for p in planner.replans if p.at_s > 300.0]
+    assert code and max(p.after for p in code) > min([p.after for p in chat] or [2])  # more prefill for code
+    assert all(1 <= p.after <= 3 for p in planner.replans)
+    assert all(t.is_restart and t.restart_s == 10.0 for t in res.cluster.policy.transitions)
+    assert res.summary["completed"] == len(trace)
+    assert planner.decode_tok_s(1000) > planner.decode_tok_s(100_000) > 0
+    with pytest.raises(ValueError):
+        AutoscalerConfig(interval_s=0.0)

@@ -69,18 +69,23 @@ def test_single_request_colocated_matches_the_latency_model():
     assert req.gaps == 4 and req.gaps_over == 0
 
 
-def test_static_pd_hands_kv_over_the_link_and_prefill_workers_never_decode():
-    s = setup_8b(workers=2)
+@pytest.mark.parametrize("hold", [True, False])
+def test_static_pd_hands_kv_over_the_link_and_prefill_workers_never_decode(hold):
+    s = setup_8b(workers=2, hold_first_token=hold)
     c = cluster(trace([0.0], [4096], [3]), "static-pd", s)
     c.run()
     (req,) = c.metrics.finished
     model = s.roofline()
     prefill = model.prefill_time(4096)
-    assert req.ttft_s == pytest.approx(prefill)
     kv_bytes = 4096 * s.model.kv_bytes_per_token
     transfer = s.network().config.latency_s + kv_bytes / s.hardware.nvlink_bw_unidir
-    first_gap = transfer + model.step_time(StepShape(decode_tokens=1, decode_ctx=4097))
-    assert req.last_token_s - req.first_token_s >= first_gap * 0.999
+    step = model.step_time(StepShape(decode_tokens=1, decode_ctx=4097))
+    if hold:  # the first token goes out with the decode worker's first step: the gap is one step
+        assert req.ttft_s == pytest.approx(prefill + transfer)
+        assert req.last_token_s - req.first_token_s == pytest.approx(2 * step, rel=1e-3)
+    else:  # out at the end of prefill: the first gap spans the transfer and a step
+        assert req.ttft_s == pytest.approx(prefill)
+        assert req.last_token_s - req.first_token_s >= (transfer + step) * 0.999
     assert req.gaps == 2
     p, d = c.workers
     assert p.role is Role.PREFILL and d.role is Role.DECODE
@@ -90,7 +95,7 @@ def test_static_pd_hands_kv_over_the_link_and_prefill_workers_never_decode():
 
 
 def test_static_pd_prefill_batches_fill_up_to_l_m():
-    s = with_policy(setup_8b(workers=2), prefill_batch_tokens=1000)
+    s = with_policy(setup_8b(workers=2, hold_first_token=False), prefill_batch_tokens=1000)  # TTFT = prefill end
     c = cluster(trace([0, 0, 0, 0], [400, 400, 400, 3000], [2] * 4), "static-pd", s)
     c.run()
     ttft = sorted(r.ttft_s for r in c.metrics.finished)
