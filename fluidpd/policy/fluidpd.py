@@ -27,6 +27,7 @@ PREFILL_SPIKE = "prefill-spike"
 PREFILL_DEFICIT = "prefill-deficit"
 DECODE_DEFICIT = "decode-deficit"
 OVERLOADED = "overloaded"
+PREFILL_SCALE_EWMA, MIN_PREFILL_SCALE, MAX_PREFILL_SCALE = 0.5, 1.0, 20.0
 
 
 class FluidPD(StaticPD):
@@ -54,6 +55,7 @@ class FluidPD(StaticPD):
         self.transitions: list[RoleTransition] = []
         self.forced: list[tuple[int, Role]] = []
         self._since: dict[str, float] = {}
+        self.prefill_scale = 1.0  # measured / modelled prefill step time (EWMA over prefill steps)
 
     @classmethod
     def build(cls, config=None, fluid=None, costs=None):
@@ -76,11 +78,20 @@ class FluidPD(StaticPD):
     def observe_step(self, worker, duration_s: float, plan) -> None:
         if worker.role is Role.DECODE:
             self.token.observe(worker, duration_s, plan)
+        elif worker.role is Role.PREFILL and plan.chunks and not plan.decode:
+            modelled = self.costs.prefill_time(plan.prefill_tokens)
+            if modelled > 0:  # f_P as this world runs it: a loaded host prefills slower than profiled
+                ratio = min(MAX_PREFILL_SCALE, max(MIN_PREFILL_SCALE, duration_s / modelled))
+                self.prefill_scale += PREFILL_SCALE_EWMA * (ratio - self.prefill_scale)
+
+    def prefill_work(self, tokens: float) -> float:
+        """f_P(tokens), scaled by how much slower than profiled this world's prefill steps run."""
+        return self.prefill_scale * self.costs.prefill_time(tokens)
 
     # --- control plane ------------------------------------------------------------------
     def tick(self, view: ClusterView) -> list:
         f, c = self.fluid, self.costs
-        ppi = prefill_pressure_index(view, c.prefill_time, c.slo.ttft_s, f.ppi_cap)
+        ppi = prefill_pressure_index(view, self.prefill_work, c.slo.ttft_s, f.ppi_cap)
         dpi = decode_pressure_index(view, c.slo.tbt_s, f.alpha, self.token.t_iter)
         self.pressure = Pressure(view.now, ppi, dpi)
         self.state = self.classify(view.now, ppi, dpi)

@@ -19,9 +19,9 @@ deployment too; the disaggregated policies have no colocated workers).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from fluidpd.core.polynomial import Polynomial
 from fluidpd.policy.view import ClusterView, Role, WorkerView
 
 PREFILL_POOL = (Role.PREFILL, Role.COLOCATED)
@@ -38,7 +38,7 @@ class Pressure:
 
 
 def prefill_pressure_index(
-    view: ClusterView, prefill_time: Polynomial, slo_ttft_s: float, ppi_cap: float = 10.0
+    view: ClusterView, prefill_time: Callable[[float], float], slo_ttft_s: float, ppi_cap: float = 10.0
 ) -> float:
     """PPI over the prefill workers' queues (0 when there is no prefill worker and no queue)."""
     prefill = [w for w in view.workers if w.role in PREFILL_POOL]

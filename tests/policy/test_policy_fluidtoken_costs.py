@@ -92,3 +92,21 @@ def test_a_decode_worker_leaves_only_if_the_rest_hold_the_decode_kv():
     light, heavy = view([20, 20, 20]), view([70, 70, 70])
     assert pol._can_move(light)(light.workers[0])
     assert not pol._can_move(heavy)(heavy.workers[0])  # 210 blocks do not fit 0.8 x 200
+
+
+def test_ppi_follows_the_measured_prefill_speed():
+    from fluidpd.policy.fluidpd import FluidPD
+
+    s = setup_70b()
+    pol = FluidPD(s.policy, s.fluid, s.costs(s.roofline()))
+    w = SimpleNamespace(id=0, role=Role.PREFILL)
+    req = SimpleNamespace(kv_prior=0)
+    plan = StepPlan(chunks=[(req, 2048)])
+    modelled = pol.costs.prefill_time(2048)
+    for _ in range(10):
+        pol.observe_step(w, 2.0 * modelled, plan)  # this host prefills at half the profiled speed
+    assert pol.prefill_scale == pytest.approx(2.0, rel=0.01)
+    assert pol.prefill_work(2048) == pytest.approx(2.0 * modelled, rel=0.01)
+    for _ in range(10):
+        pol.observe_step(w, 0.5 * modelled, plan)  # faster than profiled: the profile stays the floor
+    assert pol.prefill_scale == pytest.approx(1.0, rel=0.01)
