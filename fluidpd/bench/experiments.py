@@ -27,7 +27,7 @@ Headline rates (the Table 1 printout): azure_code x1 (as recorded), azure_conv x
 mode): the highest azure_code rate scale with >= 90% joint attainment, fluidpd vs every static split.
 
 Table 2 times FluidRole's phases on the phase-shift run (x1, 600 s; when the pressure indices
-trigger no switch, the run is repeated with admin switches in the middle of every phase: decode ->
+trigger no decode -> prefill switch, the run is repeated with admin switches in the middle of every phase: decode ->
 prefill in the surges, prefill -> decode in the waves), reports phase medians over all transitions
 and per direction, and sets the median decode -> prefill transition (the seed's 280 ms case) against
 restarts modelled in `fluidpd.bench.restarts`.
@@ -511,7 +511,7 @@ def run_table2(window_s: float | None = None, seed: int = 0) -> dict:
     result = run_instrumented(trace, "fluidpd", setup(BASELINE_SPLIT, seed))
     done = [t for t in result.cluster.policy.transitions if t.done]
     forced = False
-    if not done:
+    if not any(t.dst_role is Role.PREFILL for t in done):  # Table 2's row is a decode -> prefill switch
         forced = True
         result = run_instrumented(trace, "fluidpd", setup(BASELINE_SPLIT, seed), forced=forced_schedule(window))
         done = [t for t in result.cluster.policy.transitions if t.done]

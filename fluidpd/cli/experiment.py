@@ -357,7 +357,7 @@ def run_table2(args) -> int:
     fr = res["fluidrole"]
     med = fr["median_s"]
     how = (
-        "forced mid-phase by admin switches (the pressure indices triggered none)"
+        "forced mid-phase by admin switches (the pressure indices triggered no decode->prefill switch)"
         if fr["forced"]
         else "triggered by PPI/DPI"
     )
