@@ -35,7 +35,6 @@ restarts modelled in `fluidpd.bench.restarts`.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 import sys
@@ -47,7 +46,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fluidpd.bench.restarts import SEED_FLUIDROLE_S, SEED_TABLE2, SEED_WEIGHT_BYTES, RestartModel
-from fluidpd.bench.simrun import attainment_between, run_instrumented
+from fluidpd.bench.simrun import attainment_between, run_instrumented, run_system
 from fluidpd.core.metrics import Slo
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.fluidrole import PHASES
@@ -331,7 +330,7 @@ def run_table1(
 def tune_on_history(history: Trace, placement: str, seed: int, tick=None) -> dict:
     """What the deployable systems get tuned on: the distserve split and chunked's budget, each the
     best by joint attainment on the history window (ties: the middle of the best)."""
-    from fluidpd.placement.plan import fixed_split, split_of
+    from fluidpd.placement.plan import fixed_split, middle_of_best, split_of
     from fluidpd.placement.search import load_placement
 
     if placement == "auto":
@@ -347,38 +346,13 @@ def tune_on_history(history: Trace, placement: str, seed: int, tick=None) -> dic
         ]
         if tick:
             tick(1)
-    top = max(chunked.values())
-    tied = [b for b in CHUNK_BUDGETS if chunked[b] == top]
     return {
         "split": k,
         "split_label": split_label(k),
         "split_attainment": {split_label(j): v for j, v in scores.items()},
-        "chunk_budget": tied[len(tied) // 2],
+        "chunk_budget": middle_of_best(chunked),
         "chunk_budget_attainment": chunked,
     }
-
-
-def run_system(
-    trace: Trace, policy: str, base: Setup, *, history: Trace | None = None, replan: str | None = None, **kw
-) -> SimResult:
-    """One system's run; `replan`: "restart" (DistServe's replanning, cold restarts) or "autoscaler"
-    (the SLA planner, warm restarts), each seeded with `history`."""
-    if replan is None:
-        return run_instrumented(trace, policy, base, **kw)
-    from fluidpd.placement.autoscaler import SlaPlanner
-    from fluidpd.placement.replan import Replanner
-    from fluidpd.sim.run import simulate
-
-    costs = RestartModel().costs(base.model.weight_bytes)
-    if replan == "restart":
-        planner = Replanner(base, restart_s=costs["cold process restart"][2], history=history)
-    elif replan == "autoscaler":
-        planner = SlaPlanner(base, restart_s=costs["warm container restart"][2], history=history)
-    else:
-        raise ValueError(f"unknown replanning {replan!r}")
-    res = simulate(trace, policy, base, keep_requests=True, before_run=planner.attach)
-    res.summary["replans"] = [dataclasses.asdict(p) for p in planner.replans]
-    return res
 
 
 def _setting(window: float, seed: int, quick: bool) -> dict:

@@ -24,10 +24,10 @@ import numpy as np
 from tqdm import tqdm
 
 from fluidpd.bench.restarts import RestartModel
-from fluidpd.bench.simrun import attainment_between
+from fluidpd.bench.simrun import attainment_between, run_system
 from fluidpd.placement.plan import fixed_split
-from fluidpd.placement.replan import ReplanConfig, Replanner
-from fluidpd.sim.run import Setup, SimResult, simulate
+from fluidpd.placement.replan import ReplanConfig
+from fluidpd.sim.run import Setup, SimResult
 from fluidpd.workload.registry import load_trace
 from fluidpd.workload.trace import Trace, compose
 
@@ -82,15 +82,14 @@ def run_replan(
     }
     runs: dict[str, SimResult] = {}
     for system in tqdm(SYSTEMS, desc="replan", unit="system", file=sys.stderr, disable=not progress):
-        replanner = Replanner(setup, config, restart_s) if system != "static-pd" else None
-        policy = "static-pd" if system == "static-pd" else system
-        res = simulate(trace, policy, setup, keep_requests=True, before_run=replanner.attach if replanner else None)
+        replan = None if system == "static-pd" else "restart"
+        res = run_system(trace, system, setup, replan=replan, replan_config=config, keep_requests=True)
         runs[system] = res
-        results["systems"][system] = _row(res, system, trace, wl, base, replanner, end)
+        results["systems"][system] = _row(res, system, trace, wl, base, end)
     return results, runs
 
 
-def _row(res: SimResult, system: str, trace: Trace, wl: ReplanWorkload, setup: Setup, replanner, end: float) -> dict:
+def _row(res: SimResult, system: str, trace: Trace, wl: ReplanWorkload, setup: Setup, end: float) -> dict:
     slo = setup.slo
     finished = res.cluster.metrics.finished or []
     evaluated = [r for r in finished if r.arrival_s >= wl.history_s]
@@ -117,7 +116,7 @@ def _row(res: SimResult, system: str, trace: Trace, wl: ReplanWorkload, setup: S
         "phase_attainment": {
             label: attainment_between(res, trace, slo, max(a, wl.history_s), b) for a, b, label in wl.bounds(trace)
         },
-        "replans": [dataclasses.asdict(p) for p in replanner.replans] if replanner else [],
+        "replans": res.summary.get("replans", []),
         "role_changes": len(transitions),
         "restarts": sum(1 for t in transitions if t.is_restart),
         "gpu_s_lost": lost * gpus,

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from fluidpd.core.metrics import Slo
 from fluidpd.policy import fluidrole
 from fluidpd.policy.fluidpd import FluidPD
@@ -69,3 +71,35 @@ def attainment_between(result: SimResult, trace: Trace, slo: Slo, start_s: float
     n = int(((trace.arrival_s >= start_s) & (trace.arrival_s < end_s)).sum())
     ok = sum(1 for r in finished if start_s <= r.arrival_s < end_s and r.ttft_s <= slo.ttft_s and r.tpot_s <= slo.tbt_s)
     return ok / n if n else float("nan")
+
+
+def run_system(
+    trace: Trace,
+    policy: str,
+    base: Setup,
+    *,
+    history: Trace | None = None,
+    replan: str | None = None,
+    replan_config=None,
+    **kw,
+) -> SimResult:
+    """One system's run; `replan`: "restart" (DistServe's replanning, cold restarts, `replan_config`)
+    or "autoscaler" (the SLA planner, warm restarts), each seeded with `history`. The plans made are
+    in `result.summary["replans"]`."""
+    if replan is None:
+        return run_instrumented(trace, policy, base, **kw)
+    from fluidpd.bench.restarts import RestartModel
+    from fluidpd.placement.autoscaler import SlaPlanner
+    from fluidpd.placement.replan import Replanner
+
+    costs = RestartModel().costs(base.model.weight_bytes)
+    planner: Replanner
+    if replan == "restart":
+        planner = Replanner(base, replan_config, costs["cold process restart"][2], history)
+    elif replan == "autoscaler":
+        planner = SlaPlanner(base, restart_s=costs["warm container restart"][2], history=history)
+    else:
+        raise ValueError(f"unknown replanning {replan!r}")
+    res = simulate(trace, policy, base, keep_requests=True, before_run=planner.attach)
+    res.summary["replans"] = [dataclasses.asdict(p) for p in planner.replans]
+    return res

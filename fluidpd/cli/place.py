@@ -87,7 +87,7 @@ def run(args) -> int:
         _write(args.out, data)
     if args.plot:
         placement_plot(placement, args.plot)
-    if not placement.to_json()["fits"]:
+    if not placement.fits:
         print(f"note: R needs {placement.total_gpus} GPUs, more than the cluster's {placement.cluster_gpus}")
     return 0
 

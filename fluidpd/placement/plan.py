@@ -4,6 +4,7 @@ cluster that `fluidpd simulate` and `fluidpd experiment` start their P/D policie
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from fluidpd.core.metrics import Slo
 from fluidpd.latency.config import LatencyConfig
@@ -67,6 +68,14 @@ def split_of(placement: Placement, n_workers: int) -> int:
     return min(n_workers - 1, max(1, round(n_workers * placement.prefill_share())))
 
 
+def middle_of_best(scores: dict) -> Any:
+    """The key with the highest score; among ties (in key order), the middle one: headroom on
+    both sides of a knob whose neighbours score the same."""
+    best = max(scores.values())
+    tied = [k for k in scores if scores[k] == best]
+    return tied[len(tied) // 2]
+
+
 def fixed_split(history: Trace, setup: Setup) -> tuple[int, dict[int, float]]:
     """The split of a fixed cluster (`setup.sim.n_workers` alike workers) a search picks from
     history: every k prefill workers simulated under static-pd on the history window, the highest
@@ -81,6 +90,4 @@ def fixed_split(history: Trace, setup: Setup) -> tuple[int, dict[int, float]]:
     for k in range(1, n):
         s = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, prefill_workers=k))
         scores[k] = simulate(history, "static-pd", s).summary["attainment"]
-    best = max(scores.values())
-    tied = [k for k in scores if scores[k] == best]
-    return tied[len(tied) // 2], scores  # the middle of the best: headroom on both sides
+    return middle_of_best(scores), scores

@@ -57,7 +57,7 @@ class Replanner:
     ):
         """`history`: what the profiler saw before the run (the window the first plan was made on)."""
         self.setup, self.config, self.restart_s = setup, config or ReplanConfig(), restart_s
-        self.profiler = self.make_profiler()
+        self.profiler = WorkloadProfiler(self.config.profiler)
         self.replans: list[Replan] = []
         self._seen = 0
         self._next_arrival = 0
@@ -67,9 +67,6 @@ class Replanner:
                 self.profiler.observe_arrival(a - span, p)
                 self.profiler.observe_finished(a - span, o)
             self.profiler.rebase(0.0)
-
-    def make_profiler(self) -> WorkloadProfiler:
-        return WorkloadProfiler(self.config.profiler)
 
     def attach(self, cluster: SimCluster) -> None:
         """`simulate(..., before_run=replanner.attach)`: checks every check_s until the last arrival."""
@@ -118,19 +115,15 @@ class Replanner:
 
     def _target(self) -> int:
         """Prefill workers once every switch already under way has landed."""
-        pol = self.cluster.policy
+        assert isinstance(self.cluster.policy, (DistServe, FluidPD))
         roles = {w.id: w.role for w in self.cluster.workers}
-        if isinstance(pol, DistServe):
-            moving = [(t.worker, t.dst_role) for t in pol.active.values()] + pol.pending
-        else:
-            assert isinstance(pol, FluidPD)
-            moving = list(pol.forced) + ([(pol.transition.worker, pol.transition.dst_role)] if pol.transition else [])
-        roles.update(dict(moving))
+        roles.update(dict(self.cluster.policy.switching()))
         return sum(1 for r in roles.values() if r is Role.PREFILL)
 
     def _apply(self, delta: int) -> int:
         """Move |delta| workers toward the new split; returns how many could be moved."""
         c, pol = self.cluster, self.cluster.policy
+        assert isinstance(pol, (DistServe, FluidPD))
         role = Role.PREFILL if delta > 0 else Role.DECODE
         choose = fluidrole.choose_decode_to_prefill if delta > 0 else fluidrole.choose_prefill_to_decode
         taken: set[int] = set()
@@ -139,11 +132,7 @@ class Replanner:
             if wid is None:
                 break
             try:
-                if isinstance(pol, DistServe):
-                    pol.restart_to(wid, role, c)
-                else:
-                    assert isinstance(pol, FluidPD)
-                    pol.force_role(wid, role, c)
+                pol.force_role(wid, role, c)  # distserve: a restart; fluidpd: FluidRole in place
             except ValueError:
                 break
             taken.add(wid)

@@ -103,6 +103,11 @@ class Placement:
             return self.unit.instances * self.unit.gpus
         return self.prefill.instances * self.prefill.gpus + self.decode.instances * self.decode.gpus
 
+    @property
+    def fits(self) -> bool:
+        """Whether R's GPUs fit the cluster (the seed's example replicates past its N x M)."""
+        return not self.cluster_gpus or self.total_gpus <= self.cluster_gpus
+
     def prefill_share(self) -> float:
         """Share of the placement's GPUs that prefill."""
         p = self.prefill.instances * self.prefill.gpus
@@ -116,7 +121,7 @@ class Placement:
             "decode": self.decode.to_json(),
             "total_gpus": self.total_gpus,
             "cluster_gpus": self.cluster_gpus,
-            "fits": not self.cluster_gpus or self.total_gpus <= self.cluster_gpus,
+            "fits": self.fits,
             "search_wall_s": self.search_wall_s,
             "reason": self.reason,
             "pruned_units": self.pruned,

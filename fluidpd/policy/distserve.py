@@ -1,6 +1,6 @@
 """`distserve`: static-pd whose split a planner changes by restarting workers (DistServe Section VI).
 
-Between replans it is static-pd. `restart_to(wid, role)` queues a restart: the worker stops taking
+Between replans it is static-pd. `force_role(wid, role)` (its admin action) queues a restart: the worker stops taking
 work, finishes what it has (no migration: DistServe moves no live KV), waits for decode workers to
 pull the KV it holds, goes down for `restart_s` (the modelled cold restart), and comes back in its
 new role. Restarts of different workers run at once, as a redeploy of the changed instances does.
@@ -27,11 +27,14 @@ class DistServe(StaticPD):
         self.active: dict[int, RoleTransition] = {}
         self.transitions: list[RoleTransition] = []
 
-    def restart_to(self, wid: int, role: Role, view: ClusterView) -> None:
+    def force_role(self, wid: int, role: Role, view: ClusterView) -> None:
         """Queue a restart of `wid` into `role` (ValueError if it cannot happen)."""
-        leaving = {w for w, _ in self.pending} | set(self.active)
-        fluidrole.check_switch(view, wid, role, leaving)
+        fluidrole.check_switch(view, wid, role, {w for w, _ in self.switching()})
         self.pending.append((wid, role))
+
+    def switching(self) -> list[tuple[int, Role]]:
+        """(worker, role it is becoming) of every restart queued or under way."""
+        return [(t.worker, t.dst_role) for t in self.active.values()] + self.pending
 
     def tick(self, view: ClusterView) -> list:
         actions: list = []

@@ -173,12 +173,14 @@ class FluidPD(StaticPD):
             self.transition = None
         return actions
 
+    def switching(self) -> list[tuple[int, Role]]:
+        """(worker, role it is becoming) of every switch queued or under way."""
+        t = self.transition
+        return list(self.forced) + ([(t.worker, t.dst_role)] if t is not None else [])
+
     def force_role(self, wid: int, role: Role, view: ClusterView) -> None:
         """Admin action: switch `wid` to `role` at the next cycle (ValueError if it cannot)."""
-        leaving = {f for f, _ in self.forced}
-        if self.transition is not None:
-            leaving.add(self.transition.worker)
-        fluidrole.check_switch(view, wid, role, leaving)
+        fluidrole.check_switch(view, wid, role, {w for w, _ in self.switching()})
         self.forced.append((wid, role))
 
 

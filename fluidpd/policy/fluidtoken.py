@@ -125,18 +125,20 @@ class FluidToken:
         t = self.t_iter_s.get(w.id)
         return max(1.0, t / self.decode_ref_s) if t and self.decode_ref_s else 1.0
 
-    def chunk_cost(self, batch: int, prior: int, c: int, scale: float = 1.0) -> float:
-        """Marginal time of c prompt tokens (after `prior` of them) fused into a B-decode step."""
-        g = self.chunk_time
-        return scale * (g(batch + c) - g(batch) + self.attn_pair_s * c * prior)
-
-    def chunks_cost(self, batch: int, plan: StepPlan, scale: float = 1.0) -> float:
-        g = self.chunk_time
-        tokens = sum(c for _, c in plan.chunks)
-        pairs = sum(c * req.kv_prior for req, c in plan.chunks)
+    def _cost(self, batch: int, tokens: int, pairs: int, scale: float) -> float:
+        """`tokens` prompt tokens attending to `pairs` earlier ones, fused into a B-decode step."""
         if not tokens:
             return 0.0
+        g = self.chunk_time
         return scale * (g(batch + tokens) - g(batch) + self.attn_pair_s * pairs)
+
+    def chunk_cost(self, batch: int, prior: int, c: int, scale: float = 1.0) -> float:
+        """Marginal time of c prompt tokens (after `prior` of them) fused into a B-decode step."""
+        return self._cost(batch, c, c * prior, scale)
+
+    def chunks_cost(self, batch: int, plan: StepPlan, scale: float = 1.0) -> float:
+        tokens = sum(c for _, c in plan.chunks)
+        return self._cost(batch, tokens, sum(c * req.kv_prior for req, c in plan.chunks), scale)
 
     def chunk_tokens(self, w: WorkerView, prior: int = 0) -> int:
         """C_chunk: the largest c with chunk_cost(B, prior, c) <= slack (0 if below min_chunk)."""

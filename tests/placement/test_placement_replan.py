@@ -124,7 +124,7 @@ def test_distserve_refuses_to_restart_the_last_worker_of_a_role():
         workers = [type("W", (), {"id": i, "role": r})() for i, r in enumerate([Role.PREFILL, Role.DECODE])]
 
     with pytest.raises(ValueError, match="last"):
-        pol.restart_to(0, Role.DECODE, View())
+        pol.force_role(0, Role.DECODE, View())
 
 
 def test_the_sla_planner_sizes_the_split_from_the_last_interval():
