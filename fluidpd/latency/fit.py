@@ -57,13 +57,22 @@ def _fit_with_floor(xs, ys, degree: int) -> Polynomial:
 
 
 def fit_chunk_time(
-    model: RooflineModel, batch: int = 1, ctx: int = 1024, max_tokens: int = 8192, degree: int = 2, points: int = 96
+    model: RooflineModel,
+    batch: int = 1,
+    ctx: int = 1024,
+    max_tokens: int = 8192,
+    degree: int = 2,
+    points: int = 96,
+    absolute_below_s: float = 0.1,
 ) -> Polynomial:
     """Marginal time of a prefill chunk of c tokens fused into a decode step of `batch` requests.
 
     FluidToken runs a borrowed chunk in the same forward pass as the decode batch, so the
     weights are streamed once: until the dense layers turn compute-bound the chunk is nearly
-    free, then it costs its FLOPs. Fitted like f_P, with the flat part as the floor.
+    free, then it costs its FLOPs. Fitted like f_P, with the flat part as the floor, minimising the
+    error relative to max(time, `absolute_below_s`): below that (what fits in a TBT slack) the error
+    counts in absolute terms, so the fit follows the knee where FluidToken's chunks live instead of
+    the relative error of near-free ones.
     """
     import numpy as np
 
@@ -78,10 +87,11 @@ def fit_chunk_time(
         shape.add_chunk(int(c), 0)
         times.append(model.step_time(shape) - base)
     ys = np.array(times)
+    scale = np.maximum(ys, absolute_below_s)
     best, best_err = None, None
     for k in range(0, len(xs) - degree - 1):  # knee: fit right of it, floor 0 left of it
         p = Polynomial(fit_polynomial(xs[k:], ys[k:], degree).coeffs, 0.0)
-        err = max(abs(p(float(x)) - y) / max(y, 1e-3) for x, y in zip(xs, ys))
+        err = max(abs(p(float(x)) - y) / s for x, y, s in zip(xs, ys, scale))
         if best_err is None or err < best_err:
             best, best_err = p, err
     if best is None:

@@ -4,8 +4,14 @@
   Transient prefill spike: PPI > 1 and DPI < theta_D_low          -> FluidToken borrowing
   Sustained prefill deficit: PPI > theta_P_high for tau_persist and DPI < theta_D_idle
                                                                   -> FluidRole decode j* -> prefill
-  Sustained decode deficit:  DPI > theta_D_high for tau_persist and PPI < theta_P_idle
+  Sustained decode deficit:  DPI > theta_D_high for tau_persist and PPI < theta_P_idle,
+                           or hand-offs wait for more decode KV than the pool has free
                                                                   -> FluidRole prefill k* -> decode
+FluidToken borrows whenever PPI > 1, not only in the spike state: with DPI high from KV use
+(overloaded) single decode workers can still have step slack and KV room, and those two checks,
+per worker, are what keep borrowing from hurting decode. A KV-bound decode pool is a decode deficit
+however high PPI is: the prefill worker that switches decodes the KV it holds in place, which is
+the KV the waiting hand-offs could not find room for.
 No thrashing: one transition at a time, a worker keeps a role for tau_residence, and at least
 one worker of each role always remains.
 """
@@ -94,7 +100,7 @@ class FluidPD(StaticPD):
         ppi = prefill_pressure_index(view, self.prefill_work, c.slo.ttft_s, f.ppi_cap)
         dpi = decode_pressure_index(view, c.slo.tbt_s, f.alpha, self.token.t_iter)
         self.pressure = Pressure(view.now, ppi, dpi)
-        self.state = self.classify(view.now, ppi, dpi)
+        self.state = self.classify(view.now, ppi, dpi, kv_bound(view))
         if not self.history or view.now - self.history[-1][0] >= f.history_s:
             self.history.append((view.now, ppi, dpi, self.state))
         actions: list = []
@@ -106,14 +112,14 @@ class FluidPD(StaticPD):
             actions += self._start(view, fluidrole.choose_decode_to_prefill(view, self._can_move(view)), Role.PREFILL)
         elif self.use_role and self.state == DECODE_DEFICIT:
             actions += self._start(view, fluidrole.choose_prefill_to_decode(view, self._can_move(view)), Role.DECODE)
-        if self.use_token and ppi > 1.0 and dpi < f.theta_d_low:
+        if self.use_token and ppi > 1.0:
             actions += self.token.borrow(view)
         return actions
 
-    def classify(self, now: float, ppi: float, dpi: float) -> str:
+    def classify(self, now: float, ppi: float, dpi: float, kv_bound: bool = False) -> str:
         f = self.fluid
         deficit_p = self._held("p", ppi > f.theta_p_high and dpi < f.theta_d_idle, now)
-        deficit_d = self._held("d", dpi > f.theta_d_high and ppi < f.theta_p_idle, now)
+        deficit_d = self._held("d", (dpi > f.theta_d_high and ppi < f.theta_p_idle) or kv_bound, now)
         if deficit_p:
             return PREFILL_DEFICIT
         if deficit_d:
@@ -147,7 +153,7 @@ class FluidPD(StaticPD):
         pool = [x for x in view.workers if x.role is Role.DECODE and x.routable]
         rest = [x for x in pool if x.id != leaving.id]
         demand = sum(x.kv_blocks_used + x.pull_blocks_pending for x in pool)
-        room = (1.0 - self.fluid.token.kv_headroom) * sum(x.kv_blocks_total for x in rest)
+        room = self.fluid.decode_kv_share * sum(x.kv_blocks_total for x in rest)
         dpi = self.pressure.dpi * len(pool) / max(len(rest), 1)
         return bool(rest) and demand <= room and dpi < self.fluid.theta_d_high
 
@@ -182,6 +188,12 @@ class FluidPD(StaticPD):
         """Admin action: switch `wid` to `role` at the next cycle (ValueError if it cannot)."""
         fluidrole.check_switch(view, wid, role, {w for w, _ in self.switching()})
         self.forced.append((wid, role))
+
+
+def kv_bound(view: ClusterView) -> bool:
+    """Hand-offs wait for more decode KV than the routable decode pool has free."""
+    pool = [w for w in view.workers if w.role is Role.DECODE and w.routable]
+    return sum(w.pull_blocks_pending for w in pool) > sum(w.free_blocks for w in pool)
 
 
 class FluidTokenOnly(FluidPD):

@@ -83,9 +83,10 @@ def choose_decode_to_prefill(view: ClusterView, eligible) -> int | None:
 
 
 def choose_prefill_to_decode(view: ClusterView, eligible) -> int | None:
-    """k*: the prefill worker with the least queued and in-flight prefill work."""
+    """k*: the prefill worker with the least queued and in-flight prefill work; among equals, the
+    one holding most KV for pulls (as a decode worker it decodes that KV in place)."""
     pool = [w for w in view.workers if w.role is Role.PREFILL and w.routable and eligible(w)]
-    return min(pool, key=lambda w: (w.queued_tokens, w.num_held, w.id)).id if pool else None
+    return min(pool, key=lambda w: (w.queued_tokens, -w.num_held, w.id)).id if pool else None
 
 
 def check_switch(view: ClusterView, wid: int, role: Role, leaving: set[int]) -> None:

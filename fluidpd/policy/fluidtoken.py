@@ -3,19 +3,25 @@
 slack = SLO_TBT - T_iter(B) - delta_guard. T_iter is an EWMA of the worker's measured decode-only
 steps; delta_guard is the seed's rule, 1.5 x the p99.9 of how far decode-only steps ran over T_iter
 (step-time jitter; JitterTracker). The chunk cost model's own error is not jitter: it is corrected
-online per worker by a scale (measured chunk part of each mixed step / modelled), so a worker
-slower than the fit (e.g. sharing its CPU) takes smaller chunks after one step.
+online per worker by a scale (EWMA of the measured chunk part of mixed steps over EWMA of the
+modelled one), so a worker slower than the fit (e.g. sharing its CPU) takes smaller chunks after
+one step. Only chunks modelled dearer than the guard band feed it: the measured part of a cheaper
+one is mostly jitter, and a scale learned from jitter mis-sizes the next, larger chunk.
 The chunk runs fused into the decode step's forward pass, so its cost is marginal: with g the
 fitted time of n tokens fused into a one-request decode step (flat while the dense layers stay
 memory-bound, then compute), c prompt tokens after `prior` tokens of their prompt, in a step with
 B decodes, cost g(B + c) - g(B) (the dense layers see B + c tokens; the decodes use up the free
 compute first) plus c x prior x the attention time of one query-key pair (the earlier tokens are
 attended to, not recomputed). C_chunk is the largest c that fits the slack. A borrowed
-request's KV stays on the decode worker, which then decodes it; a
+request's KV stays on the decode worker, which then decodes it: borrowing takes the KV the
+request's hand-off would take, only earlier, so each decode worker keeps free its share of the KV
+the prefill pool holds or is computing (what hand-offs will pull), at most `kv_headroom` of its KV
+(past that, a large prefill pool would shut borrowing off just when prompts queue). A
 prompt longer than one chunk runs as chunks over successive iterations, and a prompt of at least
 `split_min_tokens` spreads over several decode workers with slack at once: piece j attends to the
 pieces before it (context-parallel, its cost counts that prior), and when all pieces are done the
-first token is out and their KV is gathered to the worker that decodes the request.
+first token is out (released with the first decode step when the world holds first tokens) and
+their KV is gathered to the worker that decodes the request.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ class FluidTokenConfig:
     min_chunk: int = 16  # a chunk smaller than this is not worth borrowing for
     max_chunk: int = 8192
     borrowed_per_worker: int = 1  # requests a decode worker holds for borrowing at once
-    kv_headroom: float = 0.2  # KV share kept free for hand-offs when borrowing
+    kv_headroom: float = 0.2  # most of its KV a decode worker keeps free for hand-offs when borrowing
     split_min_tokens: int = 2048  # prompts this long spread over several decode workers
     max_split: int = 4  # at most this many pieces
     guard_factor: float = 1.5  # delta_guard = factor x p99.9 of measured jitter
@@ -49,6 +55,8 @@ class FluidTokenConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.min_chunk <= self.max_chunk or self.borrowed_per_worker < 1:
             raise ValueError("need 1 <= min_chunk <= max_chunk and borrowed_per_worker >= 1")
+        if not 0 <= self.kv_headroom <= 1:
+            raise ValueError("kv_headroom must be in [0, 1]")
         if self.max_split < 1 or self.split_min_tokens < 2:
             raise ValueError("max_split must be >= 1 and split_min_tokens >= 2")
         if self.guard_factor <= 0 or (self.guard_default_s is not None and self.guard_default_s < 0):
@@ -76,6 +84,8 @@ class FluidToken:
         self.jitter: dict[int, JitterTracker] = {}
         self.t_iter_s: dict[int, float] = {}
         self.scale: dict[int, float] = {}  # measured / modelled chunk time, per worker (online calibration)
+        self._chunk_ewma: dict[int, tuple[float, float]] = {}  # (measured, modelled) chunk time EWMAs
+        self._reserve = 0  # blocks each decode worker keeps free for hand-offs (set by borrow)
         self.decode_ref_s = decode_ref_s  # the decode step time the cost model was fitted next to
         self.borrowed = 0
         self.spread = 0
@@ -103,9 +113,12 @@ class FluidToken:
         if not plan.chunks:
             self.tracker(w.id).observe(duration_s - prev)
             self.t_iter_s[w.id] = prev + EWMA * (duration_s - prev)
-        elif est > 0:
-            ratio = (duration_s - prev) / (est / scale)
-            self.scale[w.id] = min(MAX_SCALE, max(MIN_SCALE, scale + SCALE_GAIN * (ratio - scale)))
+        elif est / scale > self.tracker(w.id).guard_s:
+            measured, modelled = self._chunk_ewma.get(w.id, (0.0, 0.0))
+            measured += SCALE_GAIN * (duration_s - prev - measured)
+            modelled += SCALE_GAIN * (est / scale - modelled)
+            self._chunk_ewma[w.id] = (measured, modelled)
+            self.scale[w.id] = min(MAX_SCALE, max(MIN_SCALE, measured / modelled))
 
     def t_iter(self, w: WorkerView) -> float:
         """T_iter(B): the decode part of recent steps (0 with nothing to decode)."""
@@ -186,6 +199,7 @@ class FluidToken:
                 owner[r.id] = w.id
         waiting = sorted((r for w in donors for r in _unstarted_head(w, 8)), key=lambda r: (r.arrival_s, r.id))
         cap = self.config.borrowed_per_worker
+        self._reserve = handoff_reserve(view)
         free = [
             w
             for w in view.workers
@@ -211,7 +225,9 @@ class FluidToken:
         return actions
 
     def _room(self, w: WorkerView) -> int:
-        return w.free_blocks - w.pull_blocks_pending - int(self.config.kv_headroom * w.kv_blocks_total)
+        return (
+            w.free_blocks - w.pull_blocks_pending - min(self._reserve, int(self.config.kv_headroom * w.kv_blocks_total))
+        )
 
     def _home(self, req: Request, free: list) -> WorkerView | None:
         """The worker with the most room that can hold the whole request and whose slack would
@@ -235,6 +251,14 @@ class FluidToken:
         piece = -(-req.prompt_len // c.max_split)
         ok = [w for w in free if self._room(w) >= blocks_for(piece, w.block_size)]
         return sorted(ok, key=lambda w: (-self._room(w), w.id))[: c.max_split - 1]
+
+
+def handoff_reserve(view: ClusterView) -> int:
+    """Blocks per routable decode worker that the prefill pool's KV (held for pulls or being
+    computed) will ask the decode pool for."""
+    decode = sum(1 for w in view.workers if w.role is Role.DECODE and w.routable)
+    coming = sum(w.kv_blocks_used for w in view.workers if w.role is Role.PREFILL)
+    return -(-coming // decode) if decode else 0
 
 
 def _unstarted_head(w: WorkerView, n: int) -> list[Request]:

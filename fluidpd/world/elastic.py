@@ -38,6 +38,7 @@ class Elastic:
         spreads: dict[int, Spread]
         prefill_kv_fraction: float
         prefill_kv_floor: int
+        hold_first_token: bool
 
         @property
         def now(self) -> float: ...
@@ -99,7 +100,9 @@ class Elastic:
             src.transfers_out += 1
             home.transfers_in += 1
             self.transfer(p, src, home, p.length, HANDOFF, self._gathered, (spread, p, src))
-        if not spread.in_flight:
+        if spread.in_flight:  # like a hand-off's, its first token goes out with the first decode step
+            req.held_first = self.hold_first_token
+        else:
             self._spread_done(spread)
 
     def _gathered(self, arg) -> None:

@@ -71,3 +71,22 @@ def test_polynomial_is_hashable_value():
     assert p.coeffs == (1.0, 2.0) and hash(p) == hash(Polynomial((1.0, 2.0)))
     with pytest.raises(ValueError):
         Polynomial(())
+
+
+def test_chunk_fit_follows_the_knee_where_fluidtoken_sizes_chunks():
+    from fluidpd.latency.fit import fit_chunk_time
+    from fluidpd.latency.shape import StepShape
+
+    r = RooflineModel(get_model("llama-3.3-70b", "fp8"), get_hardware("h100"))
+    g = fit_chunk_time(r)
+    base = StepShape(decode_tokens=1, decode_ctx=1024)
+    t0 = r.step_time(base)
+    checked = 0
+    for c in range(16, 1024, 8):
+        s = StepShape(decode_tokens=1, decode_ctx=1024)
+        s.add_chunk(c, 0)
+        true = r.step_time(s) - t0
+        if true <= 0.02:  # what fits in a 40 ms TBT's slack
+            assert abs(g(1 + c) - g(1) - true) <= 0.002, c  # relative-error fitting missed by 3 ms here
+            checked += 1
+    assert checked > 10

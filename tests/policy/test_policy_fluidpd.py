@@ -31,6 +31,8 @@ def test_four_states_and_persistence():
     assert pol.classify(2.0, 0.1, 0.95) == fp.BALANCED  # DPI above theta_D_high, not yet held
     assert pol.classify(3.05, 0.1, 0.95) == fp.DECODE_DEFICIT
     assert pol.classify(3.1, 1.2, 0.9) == fp.OVERLOADED  # prefill spike without decode slack
+    assert pol.classify(3.2, 5.0, 0.9, kv_bound=True) == fp.OVERLOADED  # KV-bound, not yet held
+    assert pol.classify(4.25, 5.0, 0.9, kv_bound=True) == fp.DECODE_DEFICIT  # however high PPI is
 
 
 def test_config_validation_and_policy_needs_cost_models():
@@ -72,6 +74,9 @@ def test_fluidtoken_borrows_within_the_slo_by_its_own_estimate_and_in_simulation
     assert learned and all(g != 0.1 * 0.04 for g in learned)
     borrowed = [r for r in c.metrics.finished if r.borrowed]
     assert borrowed and all(r.generated == r.output_len for r in borrowed)
+    # no gap of a borrowed request over SLO_TBT: chunks stay in the slack, and a spread prompt's
+    # first token waits for its first decode step instead of spanning the gather
+    assert all(r.gaps_over == 0 for r in borrowed)
     assert pol.token.spread > 0, "long prompts should spread over several decode workers"
     assert not c.spreads and all(w.kv_blocks_used == 0 and not w.queue for w in c.workers)
 

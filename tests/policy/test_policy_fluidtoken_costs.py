@@ -110,3 +110,77 @@ def test_ppi_follows_the_measured_prefill_speed():
     for _ in range(10):
         pol.observe_step(w, 0.5 * modelled, plan)  # faster than profiled: the profile stays the floor
     assert pol.prefill_scale == pytest.approx(1.0, rel=0.01)
+
+
+def test_chunks_cheaper_than_the_jitter_do_not_move_the_cost_scale():
+    token = FluidToken(Polynomial((1e-5, 0.0)), 0.04)
+    w = _worker()
+    req = SimpleNamespace(kv_prior=0)
+    token.observe(w, 0.020, StepPlan(decode=True))
+    for i in range(100):
+        token.observe(w, 0.020 + (0.002 if i % 2 else 0.0), StepPlan(decode=True))
+    small = StepPlan(decode=True, chunks=[(req, 50)])  # 0.5 ms modelled, inside ~2 ms of jitter
+    for excess in (-0.002, 0.004, -0.001, 0.003):
+        token.observe(w, 0.020 + excess, small)
+    assert token.cost_scale(w) == 1.0
+    big = StepPlan(decode=True, chunks=[(req, 1000)])  # 10 ms modelled, measured 20: learned at once
+    token.observe(w, 0.020 + 0.020, big)
+    assert token.cost_scale(w) == pytest.approx(2.0, rel=0.15)
+
+
+def _pool(decode_used: int, prefill_used: int, queue):
+    def worker(i, role, used, q=()):
+        return SimpleNamespace(
+            id=i,
+            role=role,
+            routable=True,
+            queue=list(q),
+            kv_blocks_total=1000,
+            kv_blocks_used=used,
+            free_blocks=1000 - used,
+            pull_blocks_pending=0,
+            block_size=16,
+            num_decoding=4,
+            step_time_ewma_s=0.02,
+        )
+
+    return SimpleNamespace(
+        workers=[worker(0, Role.PREFILL, prefill_used, queue), worker(1, Role.DECODE, decode_used)], now=0.0
+    )
+
+
+def test_borrowing_keeps_free_the_kv_the_prefill_pool_will_hand_off():
+    from fluidpd.core.request import Request
+
+    token = FluidToken(Polynomial((1e-5, 0.0)), 0.04)
+
+    def borrows(decode_used, prefill_used):
+        req = Request(1, 0.0, prompt_len=1600, output_len=160)  # 110 blocks
+        return token.borrow(_pool(decode_used, prefill_used, [req]))
+
+    assert borrows(850, 0)  # 85% used, nothing coming from the prefill pool: a flat 20% kept it out
+    assert not borrows(850, 100)  # 150 free, 100 promised to hand-offs: 50 left, the request needs 110
+    assert borrows(500, 100)
+    assert borrows(500, 600)  # a big prefill pool's share is capped at kv_headroom (200 of 1000)
+    assert not borrows(850, 600)
+
+
+def test_prefill_to_decode_prefers_the_worker_holding_kv_among_equals():
+    from fluidpd.policy.fluidrole import choose_prefill_to_decode
+
+    ws = [
+        SimpleNamespace(id=i, role=Role.PREFILL, routable=True, queued_tokens=0, num_held=h)
+        for i, h in enumerate((0, 3))
+    ]
+    assert choose_prefill_to_decode(SimpleNamespace(workers=ws), lambda w: True) == 1
+    ws[1].queued_tokens = 500  # queued work still comes first: it has to move to a peer
+    assert choose_prefill_to_decode(SimpleNamespace(workers=ws), lambda w: True) == 0
+
+
+def test_kv_bound_when_hand_offs_wait_for_more_kv_than_decode_has_free():
+    from fluidpd.policy.fluidpd import kv_bound
+
+    view = _pool(900, 0, [])
+    assert not kv_bound(view)
+    view.workers[1].pull_blocks_pending = 150  # 100 free
+    assert kv_bound(view)
