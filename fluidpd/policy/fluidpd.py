@@ -5,13 +5,16 @@
   Sustained prefill deficit: PPI > theta_P_high for tau_persist and DPI < theta_D_idle
                                                                   -> FluidRole decode j* -> prefill
   Sustained decode deficit:  DPI > theta_D_high for tau_persist and PPI < theta_P_idle,
-                           or hand-offs wait for more decode KV than the pool has free
+                           or the decode pool short of KV for tau_persist: hand-offs wait for
+                           more than it has free, or while PPI > 1 its free KV is under
+                           kv_headroom (FluidToken has no room to borrow into)
                                                                   -> FluidRole prefill k* -> decode
 FluidToken borrows whenever PPI > 1, not only in the spike state: with DPI high from KV use
 (overloaded) single decode workers can still have step slack and KV room, and those two checks,
-per worker, are what keep borrowing from hurting decode. A KV-bound decode pool is a decode deficit
-however high PPI is: the prefill worker that switches decodes the KV it holds in place, which is
-the KV the waiting hand-offs could not find room for.
+per worker, are what keep borrowing from hurting decode. A decode pool short of KV is a decode
+deficit however high PPI is: the prefill worker that switches decodes the KV it holds in place (the
+KV the waiting hand-offs could not place), and its KV gives FluidToken room, whose chunks ride on
+decode steps that are memory-bound anyway.
 No thrashing: one transition at a time, a worker keeps a role for tau_residence, and at least
 one worker of each role always remains.
 """
@@ -100,7 +103,7 @@ class FluidPD(StaticPD):
         ppi = prefill_pressure_index(view, self.prefill_work, c.slo.ttft_s, f.ppi_cap)
         dpi = decode_pressure_index(view, c.slo.tbt_s, f.alpha, self.token.t_iter)
         self.pressure = Pressure(view.now, ppi, dpi)
-        self.state = self.classify(view.now, ppi, dpi, kv_bound(view))
+        self.state = self.classify(view.now, ppi, dpi, kv_bound(view, f.token.kv_headroom if ppi > 1.0 else None))
         if not self.history or view.now - self.history[-1][0] >= f.history_s:
             self.history.append((view.now, ppi, dpi, self.state))
         actions: list = []
@@ -190,10 +193,15 @@ class FluidPD(StaticPD):
         self.forced.append((wid, role))
 
 
-def kv_bound(view: ClusterView) -> bool:
-    """Hand-offs wait for more decode KV than the routable decode pool has free."""
+def kv_bound(view: ClusterView, headroom: float | None = None) -> bool:
+    """The routable decode pool is short of KV: hand-offs wait for more than it has free, or (with
+    `headroom`, while prompts queue) what it has free beyond them is under that share of its KV,
+    so FluidToken has no room to borrow into."""
     pool = [w for w in view.workers if w.role is Role.DECODE and w.routable]
-    return sum(w.pull_blocks_pending for w in pool) > sum(w.free_blocks for w in pool)
+    free = sum(w.free_blocks - w.pull_blocks_pending for w in pool)
+    if free < 0:
+        return True
+    return headroom is not None and free < headroom * sum(w.kv_blocks_total for w in pool)
 
 
 class FluidTokenOnly(FluidPD):

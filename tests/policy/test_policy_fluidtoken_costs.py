@@ -184,3 +184,6 @@ def test_kv_bound_when_hand_offs_wait_for_more_kv_than_decode_has_free():
     assert not kv_bound(view)
     view.workers[1].pull_blocks_pending = 150  # 100 free
     assert kv_bound(view)
+    view.workers[1].pull_blocks_pending = 0
+    assert kv_bound(view, headroom=0.2)  # 100 free of 1000: no room to borrow into
+    assert not kv_bound(view, headroom=0.05)
