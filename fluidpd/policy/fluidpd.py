@@ -15,8 +15,13 @@ per worker, are what keep borrowing from hurting decode. A decode pool short of 
 deficit however high PPI is: the prefill worker that switches decodes the KV it holds in place (the
 KV the waiting hand-offs could not place), and its KV gives FluidToken room, whose chunks ride on
 decode steps that are memory-bound anyway.
-No thrashing: one transition at a time, a worker keeps a role for tau_residence, and at least
-one worker of each role always remains.
+All-decode state: the last prefill worker may switch too when the decode pool is short of KV
+(both phases overloaded: P/D's dedicated prefill KV cannot hold decodes, and FluidToken on every
+worker is chunked prefill with a per-step TBT bound); prompts then go to the decode worker with the
+least queued prefill work, and PPI is computed over the decode workers' queues, so a backlog brings
+a prefill worker back by the ordinary prefill-deficit rule.
+No thrashing: one transition at a time, a worker keeps a role for tau_residence, and at least one
+decode worker (and, unless the decode pool is short of KV, one prefill worker) always remains.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ class FluidPD(StaticPD):
         self.transitions: list[RoleTransition] = []
         self.forced: list[tuple[int, Role]] = []
         self._since: dict[str, float] = {}
+        self.kv_short = False  # the decode pool is short of KV (last control cycle)
         self.prefill_scale = 1.0  # measured / modelled prefill step time (EWMA over prefill steps)
 
     @classmethod
@@ -72,6 +78,8 @@ class FluidPD(StaticPD):
 
     # --- data plane ---------------------------------------------------------------------
     def route(self, req, view):
+        if self.use_token and not any(w.role is Role.PREFILL and w.routable for w in view.workers):
+            return routing.least_queued_decode(view.workers)
         return routing.shortest_queue(view.workers)
 
     def plan_step(self, worker, view):
@@ -103,7 +111,8 @@ class FluidPD(StaticPD):
         ppi = prefill_pressure_index(view, self.prefill_work, c.slo.ttft_s, f.ppi_cap)
         dpi = decode_pressure_index(view, c.slo.tbt_s, f.alpha, self.token.t_iter)
         self.pressure = Pressure(view.now, ppi, dpi)
-        self.state = self.classify(view.now, ppi, dpi, kv_bound(view, f.token.kv_headroom if ppi > 1.0 else None))
+        self.kv_short = kv_bound(view, f.token.kv_headroom if ppi > 1.0 else None)
+        self.state = self.classify(view.now, ppi, dpi, self.kv_short)
         if not self.history or view.now - self.history[-1][0] >= f.history_s:
             self.history.append((view.now, ppi, dpi, self.state))
         actions: list = []
@@ -144,7 +153,8 @@ class FluidPD(StaticPD):
     def _can_move(self, view: ClusterView):
         def eligible(w) -> bool:
             same = sum(1 for x in view.workers if x.role is w.role and x.routable)
-            if same < 2 or view.now - w.role_since < self.fluid.tau_residence_s:
+            last_may_go = w.role is Role.PREFILL and self.use_token and self.kv_short
+            if (same < 2 and not last_may_go) or view.now - w.role_since < self.fluid.tau_residence_s:
                 return False
             return w.role is not Role.DECODE or self._decode_floor_holds(view, w)
 

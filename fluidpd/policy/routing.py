@@ -26,6 +26,16 @@ def shortest_queue(workers: Iterable[WorkerView], role: Role = Role.PREFILL) -> 
     return best.id
 
 
+def least_queued_decode(workers: Iterable[WorkerView]) -> int:
+    """The decode worker with the least queued prefill work, then the most free KV (where a prompt
+    goes when no prefill worker is routable: FluidToken prefills it there)."""
+    best = min(
+        candidates(workers, Role.DECODE),
+        key=lambda w: (w.queued_tokens, -(w.free_blocks - w.pull_blocks_pending), w.id),
+    )
+    return best.id
+
+
 def least_loaded_decode(workers: Iterable[WorkerView]) -> int:
     """The decode worker with the most free KV after the pulls promised to it; lowest id on ties."""
     best = min(

@@ -2,7 +2,10 @@
 
 PPI(t) = (sum_i max(0, t - a_i + f_P(s_i) - SLO_TTFT) + sum_i f_P(s_i)) / sum_k C_P(k), i in Q_P.
 We define C_P(k), which the seed leaves open, as the prefill work-seconds worker k can absorb
-within one SLO_TTFT horizon: SLO_TTFT for a routable prefill worker. The numerator is in
+within one SLO_TTFT horizon: SLO_TTFT for a routable prefill worker. With no routable prefill
+worker (FluidPD's all-decode state) the prompts wait on the decode workers, and Q_P and C_P are
+theirs (SLO_TTFT per routable decode worker: a decode worker prefills slower than that, so PPI
+then reads low, and the way back to a prefill worker needs a real backlog). The numerator is in
 seconds too (queued work plus lateness), so PPI is dimensionless and PPI > 1 means the queue
 cannot be cleared within the TTFT SLO. s_i is the prompt work still to do (a partly prefilled
 request counts its remaining tokens). To bound the cost of one evaluation, the scan stops once
@@ -42,6 +45,8 @@ def prefill_pressure_index(
 ) -> float:
     """PPI over the prefill workers' queues (0 when there is no prefill worker and no queue)."""
     prefill = [w for w in view.workers if w.role in PREFILL_POOL]
+    if not any(w.routable for w in prefill):
+        prefill = [w for w in view.workers if w.role is Role.DECODE]
     capacity = slo_ttft_s * sum(1 for w in prefill if w.routable)
     if capacity <= 0:
         return ppi_cap if any(w.queue for w in prefill) else 0.0

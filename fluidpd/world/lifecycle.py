@@ -72,7 +72,7 @@ class World(Elastic):
     def on_sample(self) -> None:
         """Called after every timeline sample."""
 
-    def submit(self, req: Request, front: bool = False) -> None:
+    def submit(self, req: Request, front: bool = False, in_order: bool = False) -> None:
         if self.policy.prefilled_arrivals and req.generated == 0:
             self._arrive_prefilled(req)
             return
@@ -84,7 +84,7 @@ class World(Elastic):
         ):
             self.reject(req)
             return
-        w.enqueue(req, front)
+        w.enqueue(req, front, in_order)
         self.schedule(w)
 
     def _arrive_prefilled(self, req: Request) -> None:

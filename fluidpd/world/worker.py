@@ -127,8 +127,19 @@ class WorkerState:
             raise RuntimeError(f"worker {self.id}: freed more KV blocks than allocated")
 
     # --- prefill queue ------------------------------------------------------------------
-    def enqueue(self, req: Request | PrefillPiece, front: bool = False) -> None:
-        (self.queue.appendleft if front else self.queue.append)(req)
+    def enqueue(self, req: Request | PrefillPiece, front: bool = False, in_order: bool = False) -> None:
+        """Queue `req` last, first (`front`), or (`in_order`) behind the queued requests that
+        arrived before it, but never ahead of one already started."""
+        if in_order and isinstance(req, Request):
+            i = len(self.queue)
+            while i > 0:
+                prev = self.queue[i - 1]
+                if not isinstance(prev, Request) or prev.worker >= 0 or prev.arrival_s <= req.arrival_s:
+                    break
+                i -= 1
+            self.queue.insert(i, req)
+        else:
+            (self.queue.appendleft if front else self.queue.append)(req)
         self.queued_tokens += req.prefill_remaining
 
     def dequeue(self, req: Request | PrefillPiece) -> None:

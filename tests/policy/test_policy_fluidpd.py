@@ -147,3 +147,22 @@ def test_no_thrashing_under_an_alternating_workload():
     roles = c.timeline.role
     assert all(row.count("prefill") >= 1 and row.count("decode") >= 1 for row in roles)
     assert len(pol.transitions) <= 30 / pol.fluid.tau_persist_s
+
+
+def test_all_decode_state_under_a_surge_into_a_full_decode_pool():
+    """phase_shift's second surge meets the first wave's KV: every prefill worker switches to
+    decode (FluidToken prefills everything), and every request completes with its KV freed."""
+    from fluidpd.workload.synth import phase_shift
+
+    trace = phase_shift(40.0, surge_rate=6.0, wave_rate=1.2, cycles=2, seed=0)
+    prefill_counts = []
+
+    def hook(c):
+        prefill_counts.append(sum(1 for w in c.workers if w.role is Role.PREFILL and w.routable))
+
+    c = run_elastic(trace, FluidPD, setup_70b(prefill=3, jitter=0.05), hook)
+    assert min(prefill_counts) == 0 and max(prefill_counts) == 3
+    summary = c.metrics.summary(len(trace))
+    assert summary["completed"] == len(trace)
+    assert summary["tbt_decode_p99_s"] <= 0.04
+    assert all(w.kv_blocks_used == 0 and not w.queue and not w.pulls for w in c.workers)

@@ -187,3 +187,34 @@ def test_kv_bound_when_hand_offs_wait_for_more_kv_than_decode_has_free():
     view.workers[1].pull_blocks_pending = 0
     assert kv_bound(view, headroom=0.2)  # 100 free of 1000: no room to borrow into
     assert not kv_bound(view, headroom=0.05)
+
+
+def test_the_last_prefill_worker_may_go_only_when_the_decode_pool_is_short_of_kv():
+    from fluidpd.policy.fluidpd import FluidPD
+    from fluidpd.policy.telemetry import prefill_pressure_index
+
+    s = setup_70b()
+    pol = FluidPD(s.policy, s.fluid, s.costs(s.roofline()))
+    view = _pool(500, 0, [])
+    for w in view.workers:
+        w.role_since, w.queued_tokens = -100.0, 0
+    prefill = view.workers[0]
+    assert not pol._can_move(view)(prefill)  # the last prefill worker stays ...
+    pol.kv_short = True
+    assert pol._can_move(view)(prefill)  # ... unless decode is short of KV: all-decode state
+    pol.use_token = False
+    assert not pol._can_move(view)(prefill)  # without FluidToken nobody would prefill
+    pol.use_token = True
+
+    prefill.routable = False  # all-decode: prompts go to the decode worker with least queued work
+    second = _pool(900, 0, []).workers[1]
+    second.id, second.queued_tokens = 2, 0
+    view.workers[1].queued_tokens = 4000
+    view.workers.append(second)
+    assert pol.route(None, view) == 2
+    from fluidpd.core.request import Request
+
+    req = Request(7, -10.0, prompt_len=4000, output_len=10)  # 10 s late already
+    view.workers[1].queue.append(req)
+    ppi = prefill_pressure_index(view, lambda n: n * 1e-4, 2.0)
+    assert ppi == pytest.approx((0.4 + (10.0 + 0.4 - 2.0)) / (2 * 2.0))  # the decode workers' queues

@@ -117,3 +117,20 @@ def test_policy_package_imports_nothing_from_the_worlds():
                 names = [node.module]
             for name in names:
                 assert not name.startswith(forbidden), f"{path.name} imports {name}"
+
+
+def test_a_drained_queue_keeps_its_place_among_a_peers_requests():
+    from fluidpd.core.request import Request
+    from fluidpd.policy.view import Role
+    from fluidpd.world.worker import WorkerState
+
+    w = WorkerState(0, Role.PREFILL, 0, 1000)
+    started = Request(0, 5.0, 100, 10)
+    started.worker = 0  # already prefilling here: nothing goes ahead of it
+    w.enqueue(started)
+    for i, t in ((1, 6.0), (2, 9.0)):
+        w.enqueue(Request(i, t, 100, 10))
+    w.enqueue(Request(3, 7.0, 100, 10), in_order=True)
+    w.enqueue(Request(4, 1.0, 100, 10), in_order=True)
+    assert [r.id for r in w.queue] == [0, 4, 1, 3, 2]
+    assert w.queued_tokens == 500
