@@ -25,6 +25,7 @@ def coordinator(
     profile=None,
     prefill_workers: int = 0,
     max_num_seqs: int = 32,
+    config: EngineConfig | None = None,
     **runtime_kw,
 ):
     runtime = RuntimeConfig(
@@ -34,7 +35,7 @@ def coordinator(
         **runtime_kw,
         scheduling=PolicyConfig(prefill_workers=prefill_workers, max_num_seqs=max_num_seqs),
     )
-    return build_coordinator(CONFIG, runtime, log=lambda m: None, profile=profile)
+    return build_coordinator(config or CONFIG, runtime, log=lambda m: None, profile=profile)
 
 
 def prompt(n: int, seed: int = 0) -> list[int]:
@@ -45,13 +46,17 @@ async def timed(coord, rid: str, ids: list[int], max_tokens: int) -> dict:
     """Submit one request and record its arrival, first token and every later token time."""
     t0 = time.perf_counter()
     stream = coord.submit(GenerationRequest(rid, ids, SamplingParams(max_tokens=max_tokens, ignore_eos=True)))
-    times = []
+    times, tokens, error = [], [], None
     async for ev in stream:
         times += [time.perf_counter()] * len(ev.token_ids)
+        tokens += ev.token_ids
+        error = ev.error or error
     return {
         "id": rid,
         "arrival": t0,
         "times": times,
+        "tokens": tokens,
+        "error": error,
         "ttft": times[0] - t0 if times else float("nan"),
         "gaps": [b - a for a, b in itertools.pairwise(times)],
     }

@@ -74,5 +74,13 @@ class Policy:
     def observe_step(self, worker: WorkerView, duration_s: float, plan: StepPlan) -> None:
         """A step of `worker` finished after `duration_s` (measured or simulated)."""
 
+    def worker_lost(self, wid: int, view: ClusterView) -> list:
+        """Worker `wid` died with its KV (its requests already start over elsewhere); actions to take."""
+        return []
+
+    def rejoin_role(self, wid: int, role: Role, view: ClusterView) -> Role:
+        """The role a replacement for lost worker `wid` (which had `role`) joins in."""
+        return role
+
     def on_phase_done(self, wid: int, phase: str, now: float) -> list:
         raise ValueError(f"{self.name} runs no role transitions")

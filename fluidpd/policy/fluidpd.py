@@ -192,6 +192,15 @@ class FluidPD(StaticPD):
             self.transition = None
         return actions
 
+    def worker_lost(self, wid: int, view: ClusterView) -> list:
+        """A switch of the lost worker is abandoned; one under way elsewhere goes on."""
+        t = self.transition
+        if t is not None and t.worker == wid:
+            t.reason += " (abandoned: worker lost)"
+            self.transition = None
+        self.forced = [f for f in self.forced if f[0] != wid]
+        return []
+
     def switching(self) -> list[tuple[int, Role]]:
         """(worker, role it is becoming) of every switch queued or under way."""
         t = self.transition

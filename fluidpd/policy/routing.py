@@ -7,10 +7,14 @@ from collections.abc import Iterable
 from fluidpd.policy.view import Role, WorkerView
 
 
+class NoRoutableWorker(RuntimeError):
+    """No worker of the role a request needs is routable now (e.g. the only one died)."""
+
+
 def candidates(workers: Iterable[WorkerView], role: Role) -> list[WorkerView]:
     found = [w for w in workers if w.role is role and w.routable]
     if not found:
-        raise RuntimeError(f"no routable {role.value} worker")
+        raise NoRoutableWorker(f"no routable {role.value} worker")
     return found
 
 

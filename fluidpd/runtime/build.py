@@ -80,7 +80,11 @@ def build_coordinator(
     vocab = probe.model_config.vocab_size
     shared = {"model": model, "tokenizer": tokenizer} if runtime.backend == "inprocess" else {}
     del probe
-    backends = [make_worker(runtime.backend, i, config, **shared) for i in range(runtime.workers)]
+
+    def spawn(i: int):
+        return make_worker(runtime.backend, i, config, **shared)
+
+    backends = [spawn(i) for i in range(runtime.workers)]
     t1 = time.perf_counter()
     start_workers(backends)
     log(
@@ -98,4 +102,5 @@ def build_coordinator(
         kv_bytes_per_token,
         profile,
         runtime,
+        spawn,
     )

@@ -4,11 +4,19 @@ Every step the policy plans is sent to the worker's engine as an explicit plan (
 decode ids); the engine's tokens stream to the requests, and the measured step time goes back to
 the policy. KV moves by export on one engine and import on another (through the transport the
 worker backends use). FluidRole's remap is a real `resize_kv` of the worker's arena.
+
+A worker that dies (its process exits, a call fails with WorkerError) or hangs (a heartbeat ping
+or a step unanswered past its timeout) is lost: its requests start over on the others from their
+prompt plus the tokens already streamed (`World.lose_worker`), so each stream goes on with no token
+lost or repeated; a replacement engine starts in the background and joins in the role the policy
+wants; until then the cluster serves smaller.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import dataclass, field
 
 from fluidpd.core.metrics import MetricsCollector
@@ -19,10 +27,13 @@ from fluidpd.policy.base import Policy
 from fluidpd.policy.view import StepPlan
 from fluidpd.runtime.api import TokenEvent
 from fluidpd.runtime.messages import WorkerError
+from fluidpd.world.events import EventKind
 from fluidpd.world.lifecycle import World
 from fluidpd.world.worker import WorkerState
 
 log = logging.getLogger("fluidpd.runtime")
+WATCH_S = 0.25  # how often process exits and heartbeats are checked
+REPLACE_ATTEMPTS = 3
 
 
 @dataclass(slots=True, eq=False)
@@ -55,6 +66,9 @@ class RuntimeCluster(World):
         block_size: int,
         loop,
         prefill_kv_fraction: float = 1.0,
+        spawn=None,
+        heartbeat_timeout_s: float = 1.0,
+        step_timeout_s: float = 60.0,
     ):
         super().__init__(policy, kv_bytes_per_token, kv_blocks, metrics, len(backends), block_size, lambda i: 0, loop)
         self.backends = backends
@@ -62,6 +76,12 @@ class RuntimeCluster(World):
         self.live: dict[int, Live] = {}
         self.failed: str | None = None
         self.running = True
+        self.spawn = spawn  # wid -> an unstarted backend like the lost one (None: no replacements)
+        self.heartbeat_timeout_s, self.step_timeout_s = heartbeat_timeout_s, step_timeout_s
+        self.pings: dict[int, float] = {}  # worker -> when its outstanding heartbeat was sent
+        self.step_started: dict[int, float] = {}
+        self.replacing: set[int] = set()
+        self.losses: list[dict] = []  # every worker lost: when, why, how many requests restarted
 
     def active(self) -> bool:
         return self.running
@@ -83,6 +103,9 @@ class RuntimeCluster(World):
                 w.dequeue(req)
                 self._close(live, "abort")
                 return
+        if req in self.parked:  # waiting for a worker of its role
+            self.parked.remove(req)
+            self._close(live, "abort")
 
     def reject(self, req: Request) -> None:
         super().reject(req)
@@ -127,6 +150,7 @@ class RuntimeCluster(World):
                 self._admit(live, w.id)
             prefills.append(PrefillChunk(live.engine_id, c))
         decodes = [self.live[r.id].engine_id for r in w.decoding.values()] if plan.decode else []
+        self.step_started[w.id] = self.now
         fut = backend.submit("run_step", EnginePlan(prefills=prefills, decodes=decodes))
         fut.add_done_callback(lambda f: self.loop.soon(self._stepped, w, plan, f))
 
@@ -149,6 +173,8 @@ class RuntimeCluster(World):
             live.error = f"refused by its engine: {exc}"
 
     def _stepped(self, w: WorkerState, plan: StepPlan, fut) -> None:
+        if self.workers[w.id] is not w:  # lost meanwhile: its requests restarted; drop what it made
+            return
         try:
             result = fut.result()
         except WorkerError as exc:  # the worker is gone: everything on it fails visibly
@@ -189,15 +215,103 @@ class RuntimeCluster(World):
         self.step_failed(w, plan, [(r, self.live[r.id].error or default) for r in culprits])
 
     def _worker_failed(self, w: WorkerState, plan: StepPlan, exc: Exception) -> None:
-        self.failed = f"worker {w.id}: {type(exc).__name__}: {exc}"
-        w.busy = False
-        w.routable = False
-        victims = [r for r, _ in plan.chunks] + list(w.decoding.values()) + list(w.queue)
-        for req in victims:
-            live = self.live.pop(req.id, None)
-            if live is not None:
-                self.outstanding -= 1
-                live.stream.put(TokenEvent([], "error", error=self.failed))
+        self.worker_down(w.id, f"{type(exc).__name__}: {exc}")
+
+    # --- worker loss and replacement ----------------------------------------------------
+    def watch(self, _=None) -> None:
+        """Every WATCH_S: a worker whose process exited, or whose heartbeat or step is overdue, is lost."""
+        now = self.now
+        for wid, b in enumerate(self.backends):
+            if wid in self.down:
+                continue
+            sent = self.pings.get(wid)
+            started = self.step_started.get(wid)
+            if getattr(b, "alive", True) is False:
+                self.worker_down(wid, "its process exited")
+            elif sent is not None and now - sent > self.heartbeat_timeout_s:
+                self.worker_down(wid, f"no heartbeat for {self.heartbeat_timeout_s:g} s", kill=True)
+            elif self.workers[wid].busy and started is not None and now - started > self.step_timeout_s:
+                self.worker_down(wid, f"a step ran over {self.step_timeout_s:g} s", kill=True)
+            elif sent is None and not self.workers[wid].busy:
+                self.pings[wid] = now
+                b.submit("ping").add_done_callback(lambda f, wid=wid, b=b: self.loop.soon(self._pong, wid, b, f))
+        if self.running:
+            self.loop.at(now + WATCH_S, EventKind.CONTROL, self.watch)
+
+    def _pong(self, wid: int, backend, fut) -> None:
+        if self.backends[wid] is backend and fut.exception() is None:
+            self.pings.pop(wid, None)
+
+    def worker_down(self, wid: int, why: str, kill: bool = False) -> None:
+        """Worker `wid` is lost: its requests restart elsewhere; a replacement starts if it can."""
+        if wid in self.down or not self.running:
+            return
+        backend = self.backends[wid]
+        if kill and hasattr(backend, "kill"):
+            backend.kill()
+        restarted = self.lose_worker(wid)
+        self.pings.pop(wid, None)
+        self.step_started.pop(wid, None)
+        self.losses.append({"worker": wid, "at_s": self.now, "reason": why, "restarted": len(restarted)})
+        log.error("worker %d lost (%s); %d requests start over on the others", wid, why, len(restarted))
+        if self.spawn is not None:
+            self._replace(wid)
+
+    def restart(self, req: Request) -> None:
+        live = self.live.get(req.id)
+        if live is not None:
+            live.engine_worker = -1  # its engine (and KV) are gone: the next admission recomputes
+        super().restart(req)
+
+    def _replace(self, wid: int) -> None:
+        self.replacing.add(wid)
+
+        def run() -> None:  # on its own thread: starting an engine blocks for seconds
+            err: BaseException | None = None
+            for _ in range(REPLACE_ATTEMPTS):
+                backend = self.spawn(wid)
+                try:
+                    backend.start()
+                except Exception as exc:  # noqa: BLE001 - retried, then reported
+                    err = exc
+                    backend.close()
+                    time.sleep(1.0)
+                    continue
+                self.loop.soon(self._replaced, wid, backend)
+                return
+            self.loop.soon(self._replace_failed, wid, err)
+
+        threading.Thread(target=run, name=f"fluidpd-replace-{wid}", daemon=True).start()
+
+    def _replaced(self, wid: int, backend) -> None:
+        self.replacing.discard(wid)
+        old, self.backends[wid] = self.backends[wid], backend
+        threading.Thread(target=old.close, name=f"fluidpd-close-{wid}", daemon=True).start()
+        if not self.running:
+            backend.close()
+            return
+        role = self.policy.rejoin_role(wid, self.workers[wid].role, self)
+        blocks = self.remap_blocks(self.workers[wid], role)
+        if blocks == self.workers[wid].kv_blocks_full:
+            self._rejoin(wid, role, backend)
+            return
+        fut = backend.submit("resize_kv", blocks)
+        fut.add_done_callback(lambda f: self.loop.soon(self._rejoin, wid, role, backend, f))
+
+    def _rejoin(self, wid: int, role, backend, fut=None) -> None:
+        if self.backends[wid] is not backend or not self.running:
+            return
+        if fut is not None and fut.exception() is not None:
+            self.worker_down(wid, f"its replacement failed to resize: {fut.exception()}")
+            return
+        self.rejoin_worker(wid, role)
+        log.warning("worker %d replaced; it serves again as %s", wid, role.value)
+
+    def _replace_failed(self, wid: int, err) -> None:
+        self.replacing.discard(wid)
+        log.error("worker %d could not be replaced after %d attempts: %s", wid, REPLACE_ATTEMPTS, err)
+        if len(self.down) == len(self.workers):
+            self.failed = f"every worker is lost; the last replacement failed: {err}"
 
     def preempt(self, w: WorkerState, req: Request) -> None:
         live = self.live[req.id]
@@ -208,11 +322,16 @@ class RuntimeCluster(World):
     # --- KV moves and phases ------------------------------------------------------------
     def transfer(self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg) -> None:
         live = self.live[req.id]
+        self.moving.add(req.id)
 
         def imported(f) -> None:  # on the loop
             if f.exception() is not None:
                 self._transfer_failed(live, src, dst, f.exception(), dst)
                 return
+            if self.workers[dst.id] is not dst:  # the destination died after the import
+                self._transfer_failed(live, src, dst, WorkerError(f"worker {dst.id} was lost"), dst)
+                return
+            self.moving.discard(req.id)
             live.engine_worker = dst.id
             done(arg)
 
@@ -220,8 +339,14 @@ class RuntimeCluster(World):
             if f.exception() is not None:
                 self.loop.soon(self._transfer_failed, live, src, dst, f.exception(), src)
                 return
-            nxt = self.backends[dst.id].submit("import_kv", f.result(), None, live.engine_id)
-            nxt.add_done_callback(lambda g: self.loop.soon(imported, g))
+            handle = f.result()
+
+            def after_import(g) -> None:  # on the destination backend's thread
+                if isinstance(g.exception(), WorkerError):  # it died holding nothing: free the segment here
+                    _release_quietly(handle)
+                self.loop.soon(imported, g)
+
+            self.backends[dst.id].submit("import_kv", handle, None, live.engine_id).add_done_callback(after_import)
 
         self.backends[src.id].submit("export_kv", live.engine_id).add_done_callback(exported)
 
@@ -238,11 +363,15 @@ class RuntimeCluster(World):
         dst.free(dst.blocks_of(req))
         src.transfers_out -= 1
         dst.transfers_in -= 1
+        self.moving.discard(req.id)
         self.schedule(src)
         self.schedule(dst)
+        if isinstance(exc, WorkerError):  # a worker died, not the request: it starts over
+            if req.id in self.live:
+                self.restart(req)
+            self.worker_down(side.id, f"{type(exc).__name__}: {exc}")
+            return
         self.fail(req, f"moving its KV from worker {src.id} to worker {dst.id} failed: {type(exc).__name__}: {exc}")
-        if isinstance(exc, WorkerError):
-            self._worker_failed(side, StepPlan(), exc)
 
     def run_phase(self, a: RunPhase, kv_blocks: int) -> None:
         if a.phase == "restart":
@@ -254,5 +383,20 @@ class RuntimeCluster(World):
         fut.add_done_callback(lambda f: self.loop.soon(self._remapped, a, f))
 
     def _remapped(self, a: RunPhase, fut) -> None:
-        fut.result()
+        if a.worker in self.down:
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self.worker_down(a.worker, f"resize_kv failed: {type(exc).__name__}: {exc}", kill=True)
+            return
         self.phase_end(a)
+
+
+def _release_quietly(handle) -> None:
+    """Free an exported KV handle no engine will import (its importer died)."""
+    from fluidpd.runtime.transport import release
+
+    try:
+        release(handle)
+    except Exception as exc:  # noqa: BLE001 - already freed by the importer before it died
+        log.debug("releasing KV handle %r: %s", handle, exc)

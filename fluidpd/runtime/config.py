@@ -23,6 +23,9 @@ class RuntimeConfig:
     ttft_slo_s: float = knob(5.0, "TTFT SLO, seconds", flag="--ttft-slo")
     tbt_slo_s: float = knob(0.5, "time-between-tokens SLO, seconds", flag="--tbt-slo")
     prefill_kv_fraction: float = knob(0.5, "share of a prefill worker's arena kept for KV (the rest is scratch)")
+    heartbeat_timeout_s: float = knob(1.0, "a worker that answers no heartbeat for this long is lost")
+    step_timeout_s: float = knob(60.0, "a worker whose step runs longer than this is lost")
+    replace_workers: bool = knob(True, "start a replacement for a lost worker")
     scheduling: PolicyConfig = field(default_factory=PolicyConfig)
     fluid: FluidConfig = field(default_factory=FluidConfig)
 
@@ -34,6 +37,8 @@ class RuntimeConfig:
         POLICIES.get(self.policy)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.heartbeat_timeout_s <= 0 or self.step_timeout_s <= 0:
+            raise ValueError("heartbeat_timeout_s and step_timeout_s must be > 0")
         if not 0 < self.prefill_kv_fraction <= 1:
             raise ValueError("prefill_kv_fraction must be in (0, 1]")
         _ = self.slo  # validates the SLOs

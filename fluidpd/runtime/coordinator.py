@@ -41,17 +41,30 @@ class Coordinator:
         kv_bytes_per_token: float,
         profile: EngineProfile,
         config: RuntimeConfig,
+        spawn=None,
     ):
         self.backends, self.tokenizer, self.model_name = backends, tokenizer, model_name
         self.max_model_len, self.vocab_size, self.config, self.profile = max_model_len, vocab_size, config, profile
         self.kv_blocks, self.block_size, self.kv_bytes_per_token = kv_blocks, block_size, kv_bytes_per_token
         self.cluster: RuntimeCluster | None = None
+        self.spawn = spawn  # wid -> an unstarted backend (replacements for lost workers)
         self._ids = itertools.count()
         self.policy_name = config.policy
 
     @property
     def healthy(self) -> bool:
-        return self.cluster is not None and self.cluster.failed is None
+        """Serving: started, not failed, and at least one worker up."""
+        cl = self.cluster
+        return cl is not None and cl.failed is None and len(cl.down) < len(cl.workers)
+
+    def status(self) -> dict:
+        """/health's body: ok, degraded (some workers lost and being replaced) or down."""
+        cl = self.cluster
+        if not self.healthy or cl is None:
+            return {"status": "down"}
+        if cl.down:
+            return {"status": "degraded", "workers_down": sorted(cl.down), "replacing": sorted(cl.replacing)}
+        return {"status": "ok"}
 
     @property
     def last_error(self) -> str | None:
@@ -79,6 +92,9 @@ class Coordinator:
             self.block_size,
             loop,
             c.prefill_kv_fraction,
+            spawn=self.spawn if c.replace_workers else None,
+            heartbeat_timeout_s=c.heartbeat_timeout_s,
+            step_timeout_s=c.step_timeout_s,
         )
         cl.prefill_kv_floor = blocks_for(self.max_model_len, self.block_size)
         for w in cl.workers:
@@ -88,6 +104,7 @@ class Coordinator:
                     await asyncio.wrap_future(self.backends[w.id].submit("resize_kv", blocks))
                     w.kv_blocks_total = blocks
         loop.at(0.0, EventKind.SAMPLE, cl._sample, 1.0)
+        loop.at(0.0, EventKind.CONTROL, cl.watch)
         if policy.uses_tick:
             loop.at(0.0, EventKind.CONTROL, cl._control)
 
@@ -153,6 +170,8 @@ class Coordinator:
             "now_s": cl.now,
             "outstanding": cl.outstanding,
             "failed": cl.failed,
+            "workers_down": sorted(cl.down),
+            "losses": cl.losses[-20:],
             "slo": {"ttft_s": self.config.ttft_slo_s, "tbt_s": self.config.tbt_slo_s},
             "workers": [_worker_json(w) for w in cl.workers],
         }

@@ -233,6 +233,11 @@ class ProcessWorker:
         for f in items:
             resolve_future(f, error=exc)
 
+    def kill(self) -> None:
+        """SIGKILL the child (a hung worker): its pending and later calls fail with WorkerDiedError."""
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+
     # ------------------------------------------------------------------ close
     def close(self) -> None:
         """Shutdown message, join; terminate (then kill) on timeout. Idempotent."""

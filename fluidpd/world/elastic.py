@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -39,6 +40,8 @@ class Elastic:
         prefill_kv_fraction: float
         prefill_kv_floor: int
         hold_first_token: bool
+        parked_handoffs: deque
+        down: set[int]
 
         @property
         def now(self) -> float: ...
@@ -47,7 +50,9 @@ class Elastic:
         def finish(self, req: Request) -> None: ...
         def decode_or_hand_off(self, w: WorkerState, req: Request) -> None: ...
         def start_pulls(self, d: WorkerState) -> None: ...
+        def unpark(self) -> None: ...
         def transfer(self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg) -> None: ...
+        def hand_off(self, req: Request) -> None: ...
 
     def apply(self, actions: list) -> None:
         for action in actions:
@@ -138,14 +143,7 @@ class Elastic:
         while w.pulls:
             req = w.pulls.popleft()
             w.pull_blocks_pending -= w.blocks_of(req)
-            src = self.workers[req.worker]
-            dst = self.policy.handoff(req, src, self)
-            if dst is None:
-                raise RuntimeError(f"no decode worker for request {req.id}, whose KV waits on worker {src.id}")
-            d = self.workers[dst]
-            d.pulls.append(req)
-            d.pull_blocks_pending += d.blocks_of(req)
-            self.start_pulls(d)
+            self.hand_off(req)
 
     def _migrate(self, a: Migrate) -> None:
         src, dst, req = self.workers[a.src], self.workers[a.dst], a.request
@@ -192,6 +190,8 @@ class Elastic:
         return target
 
     def phase_end(self, a: RunPhase) -> None:
+        if a.worker in self.down:  # lost mid-switch: the policy has abandoned the transition
+            return
         w = self.workers[a.worker]
         if a.phase in ("remap", "restart"):  # a restart comes back re-sliced and in its new role
             w.kv_blocks_total = self.remap_blocks(w, a.role)
@@ -202,6 +202,7 @@ class Elastic:
         if a.phase == "route":
             w.routable = True
             w.role_since = self.loop.now
+            self.unpark()
         self.apply(self.policy.on_phase_done(w.id, a.phase, self.loop.now))
         self.schedule(w)
 
@@ -213,6 +214,10 @@ class Elastic:
                 d.pull_blocks_pending -= d.blocks_of(req)
                 del w.held[req.id]
                 w.join(req)
+        for req in [r for r in self.parked_handoffs if r.worker == w.id]:
+            self.parked_handoffs.remove(req)
+            del w.held[req.id]
+            w.join(req)
 
     _handlers: ClassVar[dict[type, Callable[[Elastic, Any], None]]] = {
         Borrow: _borrow,

@@ -11,17 +11,19 @@ from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.request import Request
 from fluidpd.latency.shape import StepShape
 from fluidpd.policy.base import Policy
+from fluidpd.policy.routing import NoRoutableWorker
 from fluidpd.policy.view import StepPlan, blocks_for
 from fluidpd.world.elastic import Elastic
 from fluidpd.world.events import EventKind
 from fluidpd.world.links import HANDOFF
+from fluidpd.world.recovery import Recovery
 from fluidpd.world.timeline import Timeline
 from fluidpd.world.worker import WorkerState
 
 EWMA = 0.2
 
 
-class World(Elastic):
+class World(Elastic, Recovery):
     """Implements the policy's ClusterView over WorkerStates; every step planned by the policy."""
 
     def __init__(
@@ -51,6 +53,7 @@ class World(Elastic):
         # a handed-off request's first token is released with its first decode step on the decode
         # worker (TTFT a transfer and at most a step later; the hand-off gap bounded by one step)
         self.hold_first_token = False
+        self.init_recovery()
 
     @property
     def now(self) -> float:
@@ -76,7 +79,11 @@ class World(Elastic):
         if self.policy.prefilled_arrivals and req.generated == 0:
             self._arrive_prefilled(req)
             return
-        w = self.workers[self.policy.route(req, self)]
+        try:
+            w = self.workers[self.policy.route(req, self)]
+        except NoRoutableWorker:  # e.g. its role's only worker died: it waits for one
+            self.parked.append(req)
+            return
         bs = w.block_size
         if (
             blocks_for(req.prompt_len + req.output_len, bs) > w.kv_blocks_full
@@ -117,6 +124,8 @@ class World(Elastic):
     # --- steps --------------------------------------------------------------------------
     def schedule(self, w: WorkerState) -> None:
         """Let `w` plan its next step once everything at this instant has happened."""
+        if self.workers[w.id] is not w:  # the state of a lost worker, seen by a late callback
+            return
         if self.loop.quiet():
             self.kick(w)
         elif not w.schedule_pending:
@@ -230,17 +239,20 @@ class World(Elastic):
 
     def decode_or_hand_off(self, w: WorkerState, req: Request) -> None:
         """`req`'s KV is on `w`: decode it there, or hold it there for a decode worker to pull."""
-        dst = self.policy.handoff(req, w, self)
+        try:
+            dst = self.policy.handoff(req, w, self)
+        except NoRoutableWorker:
+            dst = -1
         if dst is None or dst == w.id:
             w.join(req)
             return
         w.held[req.id] = req
         req.worker = w.id
         req.held_first = self.hold_first_token and req.generated == 1
-        d = self.workers[dst]
-        d.pulls.append(req)
-        d.pull_blocks_pending += w.blocks_of(req)
-        self.start_pulls(d)
+        if dst < 0:
+            self.parked_handoffs.append(req)
+            return
+        self.pull(req, dst)
 
     # --- pull-based KV hand-off ---------------------------------------------------------
     def start_pulls(self, d: WorkerState) -> None:

@@ -1,9 +1,9 @@
-"""Operations: /health (200, or 503 with the runtime's error) and Prometheus /metrics."""
+"""Operations: /health (200 ok or degraded, 503 down, with a JSON status) and Prometheus /metrics."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from fluidpd.server.errors import APIError
@@ -19,7 +19,8 @@ async def health(state: ServerState = Depends(server_state)):
         return APIError(
             503, getattr(runtime, "last_error", None) or "runtime unhealthy", "internal_server_error"
         ).response()
-    return Response(status_code=200)
+    status = runtime.status() if hasattr(runtime, "status") else {"status": "ok"}
+    return JSONResponse(status)
 
 
 @router.get("/metrics")

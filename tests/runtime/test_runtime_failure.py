@@ -1,0 +1,141 @@
+"""A worker lost under load (kill -9, a hang): its streams go on elsewhere with no token lost or
+repeated, every KV block is freed, /health says degraded, and a replacement joins."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import replace
+
+import pytest
+from rtbackend_help import smol
+
+from fluidpd.engine.sampling import SamplingParams
+from fluidpd.policy.base import PolicyConfig
+from fluidpd.runtime.api import GenerationRequest
+from fluidpd.runtime.build import build_coordinator
+from fluidpd.runtime.config import RuntimeConfig
+from fluidpd.runtime.profile import profile_engine
+
+pytestmark = pytest.mark.slow
+MAX_TOKENS = 24
+N = 6
+
+
+@pytest.fixture(scope="module")
+def setup():
+    s = smol()
+    config = replace(s.staged, num_kv_blocks=192, max_model_len=1024, max_num_seqs=16)
+    profile = profile_engine(s.reference, lengths=(16, 64, 256), repeats=2)
+    ids = [s.prompt_ids(i % 3) + s.tokenizer.encode(f" {i}") for i in range(N)]
+    outs = s.reference.generate(ids, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
+    return config, profile, ids, [list(o.token_ids) for o in outs]
+
+
+def coordinator(setup, policy: str, **kw):
+    config, profile, _, _ = setup
+    runtime = RuntimeConfig(
+        workers=3,
+        policy=policy,
+        backend="process",
+        tbt_slo_s=0.5,
+        scheduling=PolicyConfig(prefill_workers=1, max_num_seqs=16),
+        **kw,
+    )
+    return build_coordinator(config, runtime, log=lambda m: None, profile=profile)
+
+
+async def run(coord, ids, fault, after_tokens: int = 3):
+    """Stream every prompt; once `after_tokens` tokens of some stream are out, `fault(coord)`;
+    then wait for every stream and for the replacement to join."""
+    await coord.start()
+    try:
+        streams = [
+            coord.submit(GenerationRequest(f"r{i}", p, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)))
+            for i, p in enumerate(ids)
+        ]
+        seen = [0] * len(streams)
+        faulted = asyncio.Event()
+        statuses = []
+
+        async def collect(i, s):
+            toks, reason = [], None
+            async for ev in s:
+                toks += ev.token_ids
+                seen[i] = len(toks)
+                reason = ev.finish_reason or reason
+                if not faulted.is_set() and max(seen) >= after_tokens:
+                    faulted.set()
+                    fault(coord)
+                    statuses.append(coord.status())
+            return toks, reason, ev.error
+
+        results = await asyncio.wait_for(asyncio.gather(*(collect(i, s) for i, s in enumerate(streams))), 240)
+        for _ in range(1200):  # the replacement joins (a process start: seconds)
+            if coord.status()["status"] == "ok":
+                break
+            await asyncio.sleep(0.1)
+        again = coord.submit(GenerationRequest("after", ids[0], SamplingParams(max_tokens=4, ignore_eos=True)))
+        after = [t async for ev in again for t in ev.token_ids]
+        return results, statuses, after, coord.cluster_state()
+    finally:
+        await coord.stop()
+
+
+def busiest_decode_worker(coord) -> int:
+    ws = [w for w in coord.cluster.workers if w.role.value == "decode"]
+    return max(ws, key=lambda w: (w.num_decoding, -w.id)).id
+
+
+@pytest.mark.parametrize("policy", ["static-pd", "fluidpd"])
+def test_kill_9_of_a_busy_decode_worker_loses_no_token(setup, policy):
+    _, _, ids, expected = setup
+    coord = coordinator(setup, policy)
+    killed = []
+
+    def kill(c):
+        wid = busiest_decode_worker(c)
+        killed.append(wid)
+        os.kill(c.backends[wid].pid, signal.SIGKILL)
+
+    results, statuses, after, state = asyncio.run(run(coord, ids, kill))
+    assert [t for t, _, _ in results] == expected  # no token lost, none repeated
+    assert all(r == "length" and e is None for _, r, e in results)
+    assert statuses[0]["status"] in ("ok", "degraded")  # the kill is seen within WATCH_S
+    (loss,) = state["losses"]
+    assert loss["worker"] == killed[0] and loss["restarted"] >= 1
+    assert state["workers_down"] == [] and state["outstanding"] == 0
+    assert all(w["kv_blocks_used"] == 0 and not w["queue"] and not w["pulls"] for w in state["workers"])
+    assert after == expected[0][:4]  # the replacement serves
+
+
+def test_the_only_prefill_worker_dies_and_requests_wait_for_its_replacement(setup):
+    _, _, ids, expected = setup
+    coord = coordinator(setup, "static-pd")
+
+    def kill_prefill(c):
+        (wid,) = [w.id for w in c.cluster.workers if w.role.value == "prefill"]
+        os.kill(c.backends[wid].pid, signal.SIGKILL)
+
+    results, _, after, state = asyncio.run(run(coord, ids, kill_prefill, after_tokens=1))
+    assert [t for t, _, _ in results] == expected
+    assert state["outstanding"] == 0 and len(state["losses"]) == 1
+    assert all(w["kv_blocks_used"] == 0 for w in state["workers"])
+    assert after == expected[0][:4]
+
+
+def test_a_hung_worker_is_lost_by_its_heartbeat(setup):
+    _, _, ids, expected = setup
+    coord = coordinator(setup, "static-pd", heartbeat_timeout_s=1.0, step_timeout_s=3.0)
+    stopped = []
+
+    def hang(c):
+        wid = busiest_decode_worker(c)
+        stopped.append(wid)
+        os.kill(c.backends[wid].pid, signal.SIGSTOP)  # alive, answering nothing
+
+    results, _, _, state = asyncio.run(run(coord, ids, hang))
+    assert [t for t, _, _ in results] == expected
+    (loss,) = state["losses"]
+    assert loss["worker"] == stopped[0] and ("heartbeat" in loss["reason"] or "step ran over" in loss["reason"])
