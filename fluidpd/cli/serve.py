@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     _say(f"OpenAI API at http://{host}:{serve.port}/v1 (Ctrl-C to stop)")
     try:
         uvicorn.run(
-            build_app(coordinator),
+            build_app(coordinator, config=serve),
             host=serve.host,
             port=serve.port,
             log_level=serve.log_level,

@@ -12,13 +12,15 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from fluidpd.server.config import ServeConfig
 from fluidpd.server.errors import add_error_handlers
 from fluidpd.server.routes import admin, openai, ops, tokens
 from fluidpd.server.state import ServerState
 
 
-def build_app(runtime, *, manage_runtime: bool = True) -> FastAPI:
-    """An app serving `runtime`; with `manage_runtime` its lifespan starts and stops the runtime."""
+def build_app(runtime, *, manage_runtime: bool = True, config: ServeConfig | None = None) -> FastAPI:
+    """An app serving `runtime` as `config` says; with `manage_runtime` its lifespan starts and stops
+    the runtime."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -33,7 +35,7 @@ def build_app(runtime, *, manage_runtime: bool = True) -> FastAPI:
     app = FastAPI(
         title="FluidPD", description="OpenAI-compatible serving with prefill/decode elasticity", lifespan=lifespan
     )
-    app.state.server = ServerState(runtime)
+    app.state.server = ServerState(runtime, config or ServeConfig())
     add_error_handlers(app)
     for module in (openai, tokens, admin, ops):
         app.include_router(module.router)

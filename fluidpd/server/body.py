@@ -1,4 +1,6 @@
-"""Request bodies: JSON whatever the Content-Type (as curl -d sends), valid Unicode, then the pydantic model.
+"""Request bodies: at most ServeConfig.max_body_bytes (413 beyond, read no further), JSON whatever
+the Content-Type (as curl -d sends), valid Unicode, then the pydantic model; parsed off the event
+loop, so a large body never stalls other requests (or /health).
 
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest = json_body(CompletionRequest)): ...
@@ -11,8 +13,9 @@ from typing import TypeVar
 
 from fastapi import Depends, Request
 from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 
-from fluidpd.server.errors import bad_request, dotted, validation_error
+from fluidpd.server.errors import APIError, bad_request, dotted, validation_error
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -21,13 +24,36 @@ def json_body(model: type[M]):
     """A FastAPI dependency: the request body parsed as JSON and validated as `model` (else a 400)."""
 
     async def parse(request: Request) -> M:
-        data = parse_json(await request.body())
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            raise validation_error([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
+        raw = await read_body(request, request.app.state.server.config.max_body_bytes)
+        return await run_in_threadpool(_validate, model, raw)
 
     return Depends(parse)
+
+
+def _validate(model: type[M], raw: bytes) -> M:
+    data = parse_json(raw)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, or a 413 as soon as it is known to be over `limit` bytes (declared or sent)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    parts, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def too_large(limit: int) -> APIError:
+    return APIError(413, f"the request body is over {limit} bytes (the server's --max-body-bytes)", code=413)
 
 
 def parse_json(raw: bytes) -> dict:

@@ -19,9 +19,12 @@ class ServeConfig:
         None, "the model name clients send and /v1/models lists (default: what --model was given)"
     )
     log_level: str = knob("info", "uvicorn log level", choices=LOG_LEVELS)
+    max_body_bytes: int = knob(4 * 1024 * 1024, "largest request body accepted (413 beyond)")
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"max_body_bytes must be >= 1024, got {self.max_body_bytes}")
         if self.served_model_name is not None and not self.served_model_name.strip():
             raise ValueError("served_model_name must not be empty")

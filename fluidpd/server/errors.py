@@ -77,5 +77,5 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal_error(_: Request, exc: Exception):
-        log.exception("unhandled error")
-        return APIError(500, f"internal error: {type(exc).__name__}: {exc}", "internal_server_error").response()
+        log.exception("unhandled error")  # the details stay in the server's log
+        return APIError(500, "internal error (see the server log)", "internal_server_error").response()

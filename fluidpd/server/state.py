@@ -13,12 +13,30 @@ from fluidpd.server.metrics import ServerMetrics
 class ServerState:
     """The runtime behind the app and what the server keeps about it."""
 
-    def __init__(self, runtime) -> None:
+    def __init__(self, runtime, config) -> None:
         self.runtime = runtime
+        self.config = config  # ServeConfig
         self.tokenizer = runtime.tokenizer
         self.model_name: str = runtime.model_name
         self.metrics = ServerMetrics(runtime, self.model_name)
         self.created = int(time.time())
+        self.token_bytes = _longest_token_bytes(self.tokenizer)
+
+    def check_prompt_fits(self, texts: list[str], param: str) -> None:
+        """A 400 before tokenising when `texts` cannot fit max_model_len whatever they encode to:
+        every token covers at most `token_bytes` bytes (byte-level BPE without a normalizer)."""
+        if not self.token_bytes:
+            return
+        fewest = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts) // self.token_bytes
+        limit = self.runtime.max_model_len
+        if fewest > limit:
+            raise APIError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, your prompt has at "
+                f"least {fewest} tokens. Please reduce the length of the prompt.",
+                param=param,
+                code="context_length_exceeded",
+            )
 
     def model_card(self) -> dict:
         return {
@@ -42,6 +60,14 @@ class ServerState:
             "model",
             "model_not_found",
         )
+
+
+def _longest_token_bytes(tokenizer) -> int:
+    """Bytes of text the longest token stands for (0: no such bound, e.g. a normalizer rewrites text)."""
+    tk = getattr(tokenizer, "tk", None)
+    if tk is None or tk.normalizer is not None or "ByteLevel" not in repr(tk.pre_tokenizer):
+        return 0
+    return max(len(tk.id_to_token(i) or "") for i in range(tk.get_vocab_size()))
 
 
 def server_state(request: Request) -> ServerState:

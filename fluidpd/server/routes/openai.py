@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from fluidpd.server.body import json_body
 from fluidpd.server.generation import generate
@@ -27,7 +28,9 @@ async def completions(
     t0 = time.perf_counter()
     state.check_model(body.model)
     check_unsupported(body)
-    ids = completion_prompt(state.tokenizer, body.prompt)
+    texts = [body.prompt] if isinstance(body.prompt, str) else [p for p in body.prompt if isinstance(p, str)]
+    state.check_prompt_fits(texts, "prompt")
+    ids = await run_in_threadpool(completion_prompt, state.tokenizer, body.prompt)  # off the event loop
     params = sampling_params(body, len(ids), state.runtime.max_model_len, "prompt")
     return await generate(state, False, body, raw, ids, params, t0)
 
@@ -41,6 +44,7 @@ async def chat_completions(
     t0 = time.perf_counter()
     state.check_model(body.model)
     check_unsupported(body)
-    ids = chat_prompt(state.tokenizer, body.messages)
+    state.check_prompt_fits([m.content for m in body.messages if isinstance(m.content, str)], "messages")
+    ids = await run_in_threadpool(chat_prompt, state.tokenizer, body.messages)
     params = sampling_params(body, len(ids), state.runtime.max_model_len, "messages")
     return await generate(state, True, body, raw, ids, params, t0)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+import json
+
+from fastapi import APIRouter, Depends, Response
+from starlette.concurrency import run_in_threadpool
 
 from fluidpd.server.body import json_body
 from fluidpd.server.errors import bad_request
@@ -17,12 +20,14 @@ router = APIRouter()
 async def tokenize(body: TokenizeRequest = json_body(TokenizeRequest), state: ServerState = Depends(server_state)):
     state.check_model(body.model)
     if body.messages is not None:
-        ids = chat_prompt(state.tokenizer, body.messages)
+        ids = await run_in_threadpool(chat_prompt, state.tokenizer, body.messages)
     elif body.prompt is not None:
-        ids = state.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+        state.check_prompt_fits([body.prompt], "prompt")
+        ids = await run_in_threadpool(state.tokenizer.encode, body.prompt, add_special_tokens=body.add_special_tokens)
     else:
         raise bad_request("give a prompt or messages", "prompt")
-    return {"tokens": ids, "count": len(ids), "max_model_len": state.runtime.max_model_len}
+    reply = {"tokens": ids, "count": len(ids), "max_model_len": state.runtime.max_model_len}
+    return Response(await run_in_threadpool(json.dumps, reply), media_type="application/json")  # 1M ids: seconds
 
 
 @router.post("/detokenize")
