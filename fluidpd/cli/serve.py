@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
         from fluidpd.runtime.build import build_coordinator
         from fluidpd.server.app import build_app
+        from fluidpd.server.auth import loopback
     except ImportError as exc:
         raise ValueError(f"serving needs the serve extras (pip install 'fluidpd[serve]'): {exc}") from None
     t0 = time.perf_counter()
@@ -67,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         f"serving {coordinator.model_name!r} (max_model_len {coordinator.max_model_len}) ready in "
         f"{time.perf_counter() - t0:.1f} s"
     )
+    if not loopback(serve.host) and serve.api_key is None:
+        _say(f"warning: listening on {serve.host} without --api-key: anyone who reaches the port can use it")
     host = f"[{serve.host}]" if ":" in serve.host else serve.host
     _say(f"OpenAI API at http://{host}:{serve.port}/v1 (Ctrl-C to stop)")
     try:

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from fluidpd.server.auth import add_auth
 from fluidpd.server.config import ServeConfig
 from fluidpd.server.errors import add_error_handlers
 from fluidpd.server.routes import admin, openai, ops, tokens
@@ -35,8 +36,10 @@ def build_app(runtime, *, manage_runtime: bool = True, config: ServeConfig | Non
     app = FastAPI(
         title="FluidPD", description="OpenAI-compatible serving with prefill/decode elasticity", lifespan=lifespan
     )
-    app.state.server = ServerState(runtime, config or ServeConfig())
+    config = config or ServeConfig()
+    app.state.server = ServerState(runtime, config)
     add_error_handlers(app)
+    add_auth(app, config.api_key, config.admin_key, config.host)
     for module in (openai, tokens, admin, ops):
         app.include_router(module.router)
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from fluidpd.core.knobs import knob
@@ -20,8 +21,14 @@ class ServeConfig:
     )
     log_level: str = knob("info", "uvicorn log level", choices=LOG_LEVELS)
     max_body_bytes: int = knob(4 * 1024 * 1024, "largest request body accepted (413 beyond)")
+    api_key: str | None = knob(
+        None, "require 'Authorization: Bearer KEY' on every route but /health (env FLUIDPD_API_KEY)"
+    )
+    admin_key: str | None = knob(None, "the key /v1/admin/* requires (default: --api-key; env FLUIDPD_ADMIN_KEY)")
 
     def __post_init__(self) -> None:
+        self.api_key = self.api_key or os.environ.get("FLUIDPD_API_KEY") or None
+        self.admin_key = self.admin_key or os.environ.get("FLUIDPD_ADMIN_KEY") or None
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.max_body_bytes < 1024:

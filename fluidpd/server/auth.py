@@ -1,0 +1,73 @@
+"""Who may call what: `--api-key` on every route but /health, `--admin-key` (default: the API key)
+on /v1/admin/*; admin routes are refused outright when the server listens beyond loopback
+without any key (a role switch must not be open to whoever reaches the port)."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from fluidpd.server.errors import APIError
+
+OPEN_PATHS = ("/health",)
+ADMIN_PREFIX = "/v1/admin/"
+
+
+def loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _matches(given: str | None, key: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), key.encode())
+
+
+def check(request: Request, api_key: str | None, admin_key: str | None, host: str) -> APIError | None:
+    """The error to answer `request` with, or None if it may go on."""
+    path = request.url.path
+    if path in OPEN_PATHS:
+        return None
+    if path.startswith(ADMIN_PREFIX):
+        key = admin_key or api_key
+        if key is None:
+            if loopback(host):
+                return None
+            return APIError(
+                403, "admin routes are off: the server listens beyond loopback without --admin-key", "permission_error"
+            )
+        return None if _matches(_bearer(request), key) else _unauthorized()
+    if api_key is not None and not _matches(_bearer(request), api_key):
+        return _unauthorized()
+    return None
+
+
+def _unauthorized() -> APIError:
+    return APIError(401, "Incorrect API key provided", "invalid_request_error", code="invalid_api_key")
+
+
+def add_auth(app, api_key: str | None, admin_key: str | None, host: str) -> None:
+    """Install the check as middleware (before any body is read)."""
+
+    @app.middleware("http")
+    async def _auth(request: Request, call_next):
+        err = check(request, api_key, admin_key, host)
+        if err is not None:
+            return JSONResponse(
+                err.body(),
+                status_code=err.status,
+                headers={"WWW-Authenticate": "Bearer"} if err.status == 401 else None,
+            )
+        return await call_next(request)
