@@ -22,7 +22,6 @@ async def tokenize(body: TokenizeRequest = json_body(TokenizeRequest), state: Se
     if body.messages is not None:
         ids = await run_in_threadpool(chat_prompt, state.tokenizer, body.messages)
     elif body.prompt is not None:
-        state.check_prompt_fits([body.prompt], "prompt")
         ids = await run_in_threadpool(state.tokenizer.encode, body.prompt, add_special_tokens=body.add_special_tokens)
     else:
         raise bad_request("give a prompt or messages", "prompt")
