@@ -38,6 +38,14 @@ class RequestStream(Protocol):
     async def abort(self) -> None: ...
 
 
+class Overloaded(RuntimeError):
+    """The runtime refuses a request for now (admission control): retry after `retry_after_s`."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class ServingRuntime(Protocol):
     """The runtime behind the OpenAI API: workers, the coordinator and its policy."""
 
@@ -50,7 +58,8 @@ class ServingRuntime(Protocol):
     async def stop(self) -> None: ...
 
     def submit(self, request: GenerationRequest) -> RequestStream:
-        """Accept a request (ValueError for one that can never run, e.g. too long)."""
+        """Accept a request (ValueError for one that can never run, e.g. too long; Overloaded for
+        one refused for now, e.g. its predicted TTFT is too far over the SLO)."""
 
     def cluster_state(self) -> dict:
         """JSON-able: workers (id, role, routable, queue, decoding, kv use), PPI, DPI, state,

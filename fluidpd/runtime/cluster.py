@@ -232,11 +232,16 @@ class RuntimeCluster(World):
                 self.worker_down(wid, f"no heartbeat for {self.heartbeat_timeout_s:g} s", kill=True)
             elif self.workers[wid].busy and started is not None and now - started > self.step_timeout_s:
                 self.worker_down(wid, f"a step ran over {self.step_timeout_s:g} s", kill=True)
-            elif sent is None and not self.workers[wid].busy:
+            elif sent is None and self._quiet(self.workers[wid]):
                 self.pings[wid] = now
                 b.submit("ping").add_done_callback(lambda f, wid=wid, b=b: self.loop.soon(self._pong, wid, b, f))
         if self.running:
             self.loop.at(now + WATCH_S, EventKind.CONTROL, self.watch)
+
+    @staticmethod
+    def _quiet(w: WorkerState) -> bool:
+        """Nothing in flight that a heartbeat would queue behind (a step, a KV move, a remap)."""
+        return not w.busy and not w.transfers_in and not w.transfers_out and w.routable
 
     def _pong(self, wid: int, backend, fut) -> None:
         if self.backends[wid] is backend and fut.exception() is None:

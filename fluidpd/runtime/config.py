@@ -26,6 +26,10 @@ class RuntimeConfig:
     heartbeat_timeout_s: float = knob(1.0, "a worker that answers no heartbeat for this long is lost")
     step_timeout_s: float = knob(60.0, "a worker whose step runs longer than this is lost")
     replace_workers: bool = knob(True, "start a replacement for a lost worker")
+    admit_ttft_factor: float = knob(
+        4.0, "refuse (429) a request whose predicted TTFT is over this many TTFT SLOs (0: admit all)"
+    )
+    max_waiting: int = knob(512, "refuse (429) new requests while this many wait for their first token")
     scheduling: PolicyConfig = field(default_factory=PolicyConfig)
     fluid: FluidConfig = field(default_factory=FluidConfig)
 
@@ -37,6 +41,8 @@ class RuntimeConfig:
         POLICIES.get(self.policy)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.admit_ttft_factor < 0 or self.max_waiting < 1:
+            raise ValueError("admit_ttft_factor must be >= 0 and max_waiting >= 1")
         if self.heartbeat_timeout_s <= 0 or self.step_timeout_s <= 0:
             raise ValueError("heartbeat_timeout_s and step_timeout_s must be > 0")
         if not 0 < self.prefill_kv_fraction <= 1:

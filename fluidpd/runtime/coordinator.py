@@ -15,9 +15,9 @@ from fluidpd.core.request import Request
 from fluidpd.policy.costs import CostModel
 from fluidpd.policy.fluidpd import FluidPD
 from fluidpd.policy.registry import POLICIES, make_policy
-from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index
+from fluidpd.policy.telemetry import PREFILL_POOL, Pressure, decode_pressure_index, prefill_pressure_index
 from fluidpd.policy.view import Role, blocks_for
-from fluidpd.runtime.api import GenerationRequest
+from fluidpd.runtime.api import GenerationRequest, Overloaded
 from fluidpd.runtime.clock import RealtimeLoop
 from fluidpd.runtime.cluster import Live, RuntimeCluster
 from fluidpd.runtime.config import RuntimeConfig
@@ -137,10 +137,42 @@ class Coordinator:
             raise ValueError(
                 f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds max_model_len {self.max_model_len}"
             )
+        self._admit(cl, n)
         req = Request(next(self._ids), cl.now, n, params.max_tokens)
         stream = Stream(request.request_id, _abort=lambda s, rid=req.id: cl.abort(rid))
         cl.add(Live(req, list(ids), params, stream))
         return stream
+
+    def predicted_ttft(self, prompt_tokens: int) -> float:
+        """When a new prompt of `prompt_tokens` would see its first token: the prefill work queued on
+        the least loaded worker that would prefill it, plus its own, at the measured prefill speed."""
+        cl = self._cluster()
+        pool = [w for w in cl.workers if w.routable and w.role in PREFILL_POOL]
+        pool = pool or [w for w in cl.workers if w.routable]
+        if not pool:
+            return float("inf")
+        scale = getattr(cl.policy, "prefill_scale", 1.0)
+        f_p = self.profile.prefill_time
+        parked = sum(r.prefill_remaining for r in cl.parked)
+        return scale * min(f_p(w.queued_tokens + parked + prompt_tokens) for w in pool)
+
+    def _admit(self, cl: RuntimeCluster, prompt_tokens: int) -> None:
+        """Overloaded (HTTP 429) when too many requests wait or the predicted TTFT is too far out."""
+        c = self.config
+        waiting = sum(1 for live in cl.live.values() if live.request.generated == 0)
+        if waiting >= c.max_waiting:
+            raise Overloaded(
+                f"{waiting} requests are waiting for their first token (--max-waiting {c.max_waiting})", 1.0
+            )
+        if c.admit_ttft_factor > 0:
+            ttft = self.predicted_ttft(prompt_tokens)
+            limit = c.admit_ttft_factor * c.ttft_slo_s
+            if ttft > limit:
+                raise Overloaded(
+                    f"the predicted time to first token is {ttft:.1f} s, over {c.admit_ttft_factor:g} x the "
+                    f"{c.ttft_slo_s:g} s TTFT SLO",
+                    min(60.0, ttft - limit) if ttft != float("inf") else 5.0,
+                )
 
     def _cluster(self) -> RuntimeCluster:
         if self.cluster is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -16,7 +17,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from fluidpd.runtime.api import GenerationRequest, TokenEvent
+from fluidpd.runtime.api import GenerationRequest, Overloaded, TokenEvent
 from fluidpd.server.errors import APIError, bad_request, error_body
 from fluidpd.server.metrics import RequestTimer
 from fluidpd.server.output import ChoiceOutput
@@ -32,6 +33,15 @@ async def generate(state: ServerState, chat: bool, body, raw: Request, ids: list
         stream = state.runtime.submit(GenerationRequest(rid, ids, params, meta={"chat": chat}))
     except ValueError as exc:
         raise bad_request(str(exc), "messages" if chat else "prompt") from None
+    except Overloaded as exc:
+        state.metrics.rejected_overload()
+        raise APIError(
+            429,
+            f"the server is overloaded: {exc}; retry later",
+            "rate_limit_error",
+            code="rate_limit_exceeded",
+            headers={"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))},
+        ) from None
     timer = state.metrics.request(t0, len(ids))
     out = ChoiceOutput(state.tokenizer, ids, params, chat)
     reply = _Reply(

@@ -209,11 +209,17 @@ class ServerMetrics:
         self._success = Counter(
             NS + "request_success", "Finished requests by finish reason.", ["model_name", "finish_reason"], registry=reg
         )
+        self._overload = Counter(
+            NS + "request_rejected_overload", "Requests refused with 429 by admission control.", labels, registry=reg
+        ).labels(model_name)
         reg.register(_RuntimeCollector(runtime, model_name))
 
     def request(self, accepted_s: float, prompt_tokens: int) -> RequestTimer:
         self.prompt_tokens.inc(prompt_tokens)
         return RequestTimer(self, accepted_s)
+
+    def rejected_overload(self) -> None:
+        self._overload.inc()
 
     def finished(self, reason: str) -> None:
         self._success.labels(self.model_name, reason).inc()
