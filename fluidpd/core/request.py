@@ -75,6 +75,14 @@ class Request:
             return 0.0
         return (self.last_token_s - self.first_token_s) / (self.output_len - 1)
 
+    def start_over(self) -> None:
+        """Its KV is gone (preempted, or its worker lost): recompute the prompt plus every token
+        already out; the first token, if it was still held back, goes out as it stands."""
+        self.prefill_target = self.prompt_len + self.generated
+        self.prefilled = 0
+        self.held_first = False
+        self.worker = -1
+
     def emit(self, now: float) -> None:
         """Record one emitted token at `now` (the gap is accounted by the caller)."""
         if self.generated == 0:

@@ -162,7 +162,7 @@ class FluidPD(StaticPD):
 
     def _decode_floor_holds(self, view: ClusterView, leaving) -> bool:
         """The decode pool without `leaving` still holds the KV decode needs (what is in use and
-        promised to hand-offs, with FluidToken's headroom kept free) and stays below theta_D_high."""
+        promised to hand-offs) within `decode_kv_share` of its KV, and stays below theta_D_high."""
         pool = [x for x in view.workers if x.role is Role.DECODE and x.routable]
         rest = [x for x in pool if x.id != leaving.id]
         demand = sum(x.kv_blocks_used + x.pull_blocks_pending for x in pool)

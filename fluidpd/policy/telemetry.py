@@ -40,13 +40,18 @@ class Pressure:
     dpi: float
 
 
+def prompt_pool(view: ClusterView) -> list[WorkerView]:
+    """The workers whose queues hold the prompts to prefill: the prefill pool, or, with none of it
+    routable (FluidPD's all-decode state), the decode workers."""
+    pool = [w for w in view.workers if w.role in PREFILL_POOL]
+    return pool if any(w.routable for w in pool) else [w for w in view.workers if w.role is Role.DECODE]
+
+
 def prefill_pressure_index(
     view: ClusterView, prefill_time: Callable[[float], float], slo_ttft_s: float, ppi_cap: float = 10.0
 ) -> float:
     """PPI over the prefill workers' queues (0 when there is no prefill worker and no queue)."""
-    prefill = [w for w in view.workers if w.role in PREFILL_POOL]
-    if not any(w.routable for w in prefill):
-        prefill = [w for w in view.workers if w.role is Role.DECODE]
+    prefill = prompt_pool(view)
     capacity = slo_ttft_s * sum(1 for w in prefill if w.routable)
     if capacity <= 0:
         return ppi_cap if any(w.queue for w in prefill) else 0.0

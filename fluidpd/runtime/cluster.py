@@ -177,8 +177,8 @@ class RuntimeCluster(World):
             return
         try:
             result = fut.result()
-        except WorkerError as exc:  # the worker is gone: everything on it fails visibly
-            self._worker_failed(w, plan, exc)
+        except WorkerError as exc:  # the worker is gone: its requests start over elsewhere
+            self.worker_down(w.id, f"{type(exc).__name__}: {exc}")
             return
         except Exception as exc:  # noqa: BLE001 - the step did not run: it fails its culprits alone
             self._step_refused(w, plan, exc)
@@ -213,9 +213,6 @@ class RuntimeCluster(World):
             )
         default = f"the engine failed the step: {type(exc).__name__}: {exc}"
         self.step_failed(w, plan, [(r, self.live[r.id].error or default) for r in culprits])
-
-    def _worker_failed(self, w: WorkerState, plan: StepPlan, exc: Exception) -> None:
-        self.worker_down(w.id, f"{type(exc).__name__}: {exc}")
 
     # --- worker loss and replacement ----------------------------------------------------
     def watch(self, _=None) -> None:

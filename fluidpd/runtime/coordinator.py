@@ -15,7 +15,7 @@ from fluidpd.core.request import Request
 from fluidpd.policy.costs import CostModel
 from fluidpd.policy.fluidpd import FluidPD
 from fluidpd.policy.registry import POLICIES, make_policy
-from fluidpd.policy.telemetry import PREFILL_POOL, Pressure, decode_pressure_index, prefill_pressure_index
+from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index, prompt_pool
 from fluidpd.policy.view import Role, blocks_for
 from fluidpd.runtime.api import GenerationRequest, Overloaded
 from fluidpd.runtime.clock import RealtimeLoop
@@ -147,8 +147,7 @@ class Coordinator:
         """When a new prompt of `prompt_tokens` would see its first token: the prefill work queued on
         the least loaded worker that would prefill it, plus its own, at the measured prefill speed."""
         cl = self._cluster()
-        pool = [w for w in cl.workers if w.routable and w.role in PREFILL_POOL]
-        pool = pool or [w for w in cl.workers if w.routable]
+        pool = [w for w in prompt_pool(cl) if w.routable]
         if not pool:
             return float("inf")
         scale = getattr(cl.policy, "prefill_scale", 1.0)

@@ -8,7 +8,6 @@ import hmac
 import ipaddress
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
 
 from fluidpd.server.errors import APIError
 
@@ -55,7 +54,7 @@ def check(request: Request, api_key: str | None, admin_key: str | None, host: st
 
 
 def _unauthorized() -> APIError:
-    return APIError(401, "Incorrect API key provided", "invalid_request_error", code="invalid_api_key")
+    return APIError(401, "Incorrect API key provided", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
 def add_auth(app, api_key: str | None, admin_key: str | None, host: str) -> None:
@@ -65,9 +64,5 @@ def add_auth(app, api_key: str | None, admin_key: str | None, host: str) -> None
     async def _auth(request: Request, call_next):
         err = check(request, api_key, admin_key, host)
         if err is not None:
-            return JSONResponse(
-                err.body(),
-                status_code=err.status,
-                headers={"WWW-Authenticate": "Bearer"} if err.status == 401 else None,
-            )
+            return err.response()
         return await call_next(request)

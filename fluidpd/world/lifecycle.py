@@ -185,10 +185,7 @@ class World(Elastic, Recovery):
         w.free(w.blocks_of(req))
         w.preemptions += 1
         req.preemptions += 1
-        req.prefill_target = req.prompt_len + req.generated
-        req.prefilled = 0
-        req.held_first = False  # its first token goes out as it stands
-        req.worker = -1
+        req.start_over()
         self.submit(req, front=True)
 
     def step_end(self, w: WorkerState, plan: StepPlan, duration: float, stopped: frozenset = frozenset()) -> None:

@@ -73,10 +73,7 @@ class Recovery:
 
     def restart(self, req: Request) -> None:
         """`req` starts over from its prompt plus the tokens already out (its KV is gone)."""
-        req.prefill_target = req.prompt_len + req.generated
-        req.prefilled = 0
-        req.held_first = False
-        req.worker = -1
+        req.start_over()
         req.moved = False
         self.submit(req, in_order=True)
 
