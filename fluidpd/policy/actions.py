@@ -35,6 +35,13 @@ class StopRouting:
 
 
 @dataclass(frozen=True, slots=True)
+class ResumeRouting:
+    """FluidRole rollback: `worker` takes new work again in the role it kept."""
+
+    worker: int
+
+
+@dataclass(frozen=True, slots=True)
 class Migrate:
     """FluidRole drain: move a decoding request's live KV to `dst`, where it keeps decoding."""
 
@@ -55,3 +62,4 @@ class RunPhase:
     phase: str
     role: Role
     duration_s: float | None = None  # None: the world's own time for the phase
+    epoch: int = 0  # the transition's: a report for an older one is stale

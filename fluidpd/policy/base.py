@@ -12,6 +12,7 @@ from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView
 if TYPE_CHECKING:
     from fluidpd.policy.costs import CostModel
     from fluidpd.policy.fluidconfig import FluidConfig
+    from fluidpd.policy.fluidrole import RoleTransition
 
 
 @dataclass(slots=True)
@@ -84,3 +85,7 @@ class Policy:
 
     def on_phase_done(self, wid: int, phase: str, now: float) -> list:
         raise ValueError(f"{self.name} runs no role transitions")
+
+    def transition_of(self, wid: int) -> RoleTransition | None:
+        """The role transition of worker `wid` under way, if any."""
+        return None

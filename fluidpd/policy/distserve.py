@@ -49,6 +49,17 @@ class DistServe(StaticPD):
                 actions += fluidrole.drain_step(t, view, fluidrole.FluidRoleConfig())
         return actions
 
+    def transition_of(self, wid: int) -> RoleTransition | None:
+        return self.active.get(wid)
+
+    def worker_lost(self, wid: int, view: ClusterView) -> list:
+        """A restart of the lost worker is abandoned (its replacement joins in the old role)."""
+        t = self.active.pop(wid, None)
+        if t is not None:
+            t.reason += " (abandoned: worker lost)"
+        self.pending = [p for p in self.pending if p[0] != wid]
+        return []
+
     def on_phase_done(self, wid: int, phase: str, now: float) -> list:
         t = self.active.get(wid)
         if t is None:

@@ -21,6 +21,7 @@ class FluidConfig:
     theta_p_idle: float = knob(0.5, "... while PPI is below this")
     tau_persist_s: float = knob(1.0, "seconds a deficit must persist before a role switch")
     tau_residence_s: float = knob(5.0, "seconds a worker keeps a role before it may switch again")
+    drain_timeout_s: float = knob(30.0, "a FluidRole drain longer than this rolls back (0: never)")
     decode_kv_share: float = knob(0.8, "a decode worker may leave only if the rest hold decode's KV within this share")
     ppi_cap: float = 10.0  # the PPI scan stops here: past it every decision is the same
     history_s: float = 0.1  # PPI/DPI samples kept for timelines
@@ -30,8 +31,8 @@ class FluidConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.alpha <= 1:
             raise ValueError("alpha must be in [0, 1]")
-        if self.tau_persist_s < 0 or self.tau_residence_s < 0:
-            raise ValueError("tau_persist_s and tau_residence_s must be >= 0")
+        if self.tau_persist_s < 0 or self.tau_residence_s < 0 or self.drain_timeout_s < 0:
+            raise ValueError("tau_persist_s, tau_residence_s and drain_timeout_s must be >= 0")
         if not 0 < self.decode_kv_share <= 1:
             raise ValueError("decode_kv_share must be in (0, 1]")
         if self.ppi_cap <= 0 or self.history_s <= 0:

@@ -179,9 +179,13 @@ class FluidPD(StaticPD):
         return actions
 
     def _drive(self, t: RoleTransition, view: ClusterView) -> list:
-        if t.phase == "drain":
-            return fluidrole.drain_step(t, view, self.fluid.role)
-        return []
+        if t.phase != "drain":
+            return []
+        timeout = self.fluid.drain_timeout_s
+        if timeout and view.now - t.began_s > timeout:
+            self.transition = None
+            return fluidrole.rollback(t, view.now, f"drain over {timeout:g} s")
+        return fluidrole.drain_step(t, view, self.fluid.role)
 
     def on_phase_done(self, wid: int, phase: str, now: float) -> list:
         t = self.transition
@@ -191,6 +195,10 @@ class FluidPD(StaticPD):
         if t.done:
             self.transition = None
         return actions
+
+    def transition_of(self, wid: int) -> RoleTransition | None:
+        t = self.transition
+        return t if t is not None and t.worker == wid else None
 
     def worker_lost(self, wid: int, view: ClusterView) -> list:
         """A switch of the lost worker is abandoned; one under way elsewhere goes on."""

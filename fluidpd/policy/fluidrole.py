@@ -7,7 +7,10 @@ Four phases, each a visible state with timestamps:
   2. remap: the memory arena is re-sliced between KV pages and activation scratch.
   3. dispatch: the engine swaps its step planner / kernels to the new role.
   4. route: the coordinator registers the worker in its new pool and updates capacity.
-The drain takes what it takes; the world reports how long phases 2-4 took.
+The world reports how long phases 2-4 took. A drain that runs over its timeout rolls back: the
+worker serves again in its old role (what the drain moved stays moved). Every transition has an
+epoch, carried by its phases: a phase reported for an abandoned or rolled-back transition (a lost
+worker's late callback) is stale and ignored.
 
 A restart (what a static deployment does instead: DistServe's replanning) is a transition too:
 drain without migration, until the worker holds nothing, then `restart` (down for the restart's
@@ -16,13 +19,21 @@ downtime, back in the new role), then `route`.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
-from fluidpd.policy.actions import Migrate, RunPhase, StopRouting
+from fluidpd.policy.actions import Migrate, ResumeRouting, RunPhase, StopRouting
 from fluidpd.policy.view import ClusterView, Role, WorkerView, blocks_for
 
 PHASES = ("drain", "remap", "dispatch", "route")
 RESTART_PHASES = ("drain", "restart", "route")
+ROLLED_BACK = "rolled back"
+_EPOCHS = itertools.count(1)
+
+
+class SwitchConflict(ValueError):
+    """A role switch the cluster's current state forbids (already switching, the last of its role,
+    not serving): the HTTP API answers 409."""
 
 
 @dataclass(slots=True)
@@ -40,6 +51,7 @@ class RoleTransition:
     migrated: set = field(default_factory=set)
     phases: tuple[str, ...] = PHASES
     restart_s: float = 0.0  # restarts: the downtime
+    epoch: int = field(default_factory=lambda: next(_EPOCHS))
 
     @property
     def is_restart(self) -> bool:
@@ -51,6 +63,14 @@ class RoleTransition:
     @property
     def done(self) -> bool:
         return "route" in self.ended
+
+    @property
+    def rolled_back(self) -> bool:
+        return self.phase == ROLLED_BACK
+
+    def expects(self, a: RunPhase) -> bool:
+        """`a` is this transition's phase in progress (not a stale report of an earlier one)."""
+        return a.worker == self.worker and a.epoch == self.epoch and a.phase == self.phase
 
     def durations(self) -> dict[str, float]:
         return {p: self.ended[p] - self.started[p] for p in self.phases if p in self.ended}
@@ -90,17 +110,20 @@ def choose_prefill_to_decode(view: ClusterView, eligible) -> int | None:
 
 
 def check_switch(view: ClusterView, wid: int, role: Role, leaving: set[int]) -> None:
-    """ValueError unless `wid` may switch to `role` while the workers in `leaving` leave their roles."""
+    """ValueError unless `wid` may switch to `role` while the workers in `leaving` leave their roles
+    (SwitchConflict where the cluster's state, not the ask, forbids it)."""
     if not 0 <= wid < len(view.workers):
         raise ValueError(f"no worker {wid}")
     w = view.workers[wid]
     if w.role is role or w.role is Role.COLOCATED:
         raise ValueError(f"worker {wid} is {w.role.value}; cannot switch it to {role.value}")
     if wid in leaving:
-        raise ValueError(f"worker {wid} is already switching roles")
-    staying = [x for x in view.workers if x.role is w.role and x.id not in leaving]
+        raise SwitchConflict(f"worker {wid} is already switching roles")
+    if not w.routable:
+        raise SwitchConflict(f"worker {wid} is not serving (lost, or not yet replaced)")
+    staying = [x for x in view.workers if x.role is w.role and x.routable and x.id not in leaving]
     if len(staying) < 2:
-        raise ValueError(f"worker {wid} is the last {w.role.value} worker")
+        raise SwitchConflict(f"worker {wid} is the last serving {w.role.value} worker")
 
 
 def begin(
@@ -133,7 +156,7 @@ def drain_step(t: RoleTransition, view: ClusterView, config: FluidRoleConfig) ->
         nxt = t.phases[1]
         t.ended["drain"] = t.started[nxt] = view.now
         t.phase = nxt
-        return [RunPhase(t.worker, nxt, t.dst_role, t.restart_s if t.is_restart else None)]
+        return [RunPhase(t.worker, nxt, t.dst_role, t.restart_s if t.is_restart else None, t.epoch)]
     if w.role is not Role.DECODE or t.is_restart:
         return []
     return migrations(t, w, view, config)
@@ -168,4 +191,14 @@ def phase_done(t: RoleTransition, phase: str, now: float) -> list:
         return []
     t.phase = t.phases[nxt]
     t.started[t.phase] = now
-    return [RunPhase(t.worker, t.phase, t.dst_role)]
+    return [RunPhase(t.worker, t.phase, t.dst_role, epoch=t.epoch)]
+
+
+def rollback(t: RoleTransition, now: float, why: str) -> list:
+    """Give up `t`'s drain: its worker serves again in its old role."""
+    if t.phase != "drain":
+        raise ValueError(f"worker {t.worker}: only a drain rolls back, not {t.phase}")
+    t.ended["drain"] = now
+    t.phase = ROLLED_BACK
+    t.reason += f" (rolled back: {why})"
+    return [ResumeRouting(t.worker)]

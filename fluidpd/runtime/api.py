@@ -46,6 +46,15 @@ class Overloaded(RuntimeError):
         self.retry_after_s = retry_after_s
 
 
+class Unavailable(RuntimeError):
+    """The runtime cannot serve at all now (every worker lost): HTTP 503."""
+
+
+class Conflict(ValueError):
+    """An admin action the cluster's current state forbids (a worker already switching, the last
+    of its role, one not serving): HTTP 409."""
+
+
 class ServingRuntime(Protocol):
     """The runtime behind the OpenAI API: workers, the coordinator and its policy."""
 
@@ -59,14 +68,16 @@ class ServingRuntime(Protocol):
 
     def submit(self, request: GenerationRequest) -> RequestStream:
         """Accept a request (ValueError for one that can never run, e.g. too long; Overloaded for
-        one refused for now, e.g. its predicted TTFT is too far over the SLO)."""
+        one refused for now, e.g. its predicted TTFT is too far over the SLO; Unavailable when
+        nothing can serve)."""
 
     def cluster_state(self) -> dict:
         """JSON-able: workers (id, role, routable, queue, decoding, kv use), PPI, DPI, state,
         recent transitions with phase durations, policy name."""
 
     def force_role(self, worker_id: int, role: str) -> dict:
-        """Admin: switch a worker's role (ValueError if it cannot); returns the accepted action."""
+        """Admin: switch a worker's role (ValueError if it cannot: Conflict where the cluster's
+        state forbids it now); returns the accepted action."""
 
     def metrics_snapshot(self) -> dict:
         """Counters, gauges and histogram samples for /metrics (see fluidpd.server.metrics)."""

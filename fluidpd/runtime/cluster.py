@@ -5,8 +5,8 @@ decode ids); the engine's tokens stream to the requests, and the measured step t
 the policy. KV moves by export on one engine and import on another (through the transport the
 worker backends use). FluidRole's remap is a real `resize_kv` of the worker's arena.
 
-A worker that dies (its process exits, a call fails with WorkerError) or hangs (a heartbeat ping
-or a step unanswered past its timeout) is lost: its requests start over on the others from their
+A worker that dies (its process exits, a call fails with WorkerError) or hangs (a heartbeat ping,
+a step or a remap unanswered past its timeout) is lost: its requests start over on the others from their
 prompt plus the tokens already streamed (`World.lose_worker`), so each stream goes on with no token
 lost or repeated; a replacement engine starts in the background and joins in the role the policy
 wants; until then the cluster serves smaller.
@@ -80,6 +80,7 @@ class RuntimeCluster(World):
         self.heartbeat_timeout_s, self.step_timeout_s = heartbeat_timeout_s, step_timeout_s
         self.pings: dict[int, float] = {}  # worker -> when its outstanding heartbeat was sent
         self.step_started: dict[int, float] = {}
+        self.remaps: dict[int, float] = {}  # worker -> when its resize_kv was sent
         self.replacing: set[int] = set()
         self.losses: list[dict] = []  # every worker lost: when, why, how many requests restarted
 
@@ -170,7 +171,9 @@ class RuntimeCluster(World):
     def _admitted(self, live: Live, fut) -> None:
         exc = fut.exception()
         if exc is not None and not isinstance(exc, WorkerError):
-            live.error = f"refused by its engine: {exc}"
+            log.warning("request %s refused by worker %d's engine: %s", live.engine_id, live.engine_worker, exc)
+            # a ValueError says what is wrong with the request; anything else is internal (logged)
+            live.error = f"refused by its engine: {exc}" if isinstance(exc, ValueError) else "refused by its engine"
 
     def _stepped(self, w: WorkerState, plan: StepPlan, fut) -> None:
         if self.workers[w.id] is not w:  # lost meanwhile: its requests restarted; drop what it made
@@ -211,7 +214,7 @@ class RuntimeCluster(World):
             log.error(
                 "worker %d: step failed (%s: %s); failing its %d requests", w.id, type(exc).__name__, exc, len(planned)
             )
-        default = f"the engine failed the step: {type(exc).__name__}: {exc}"
+        default = "the engine failed the step (see the server log)"
         self.step_failed(w, plan, [(r, self.live[r.id].error or default) for r in culprits])
 
     # --- worker loss and replacement ----------------------------------------------------
@@ -229,6 +232,8 @@ class RuntimeCluster(World):
                 self.worker_down(wid, f"no heartbeat for {self.heartbeat_timeout_s:g} s", kill=True)
             elif self.workers[wid].busy and started is not None and now - started > self.step_timeout_s:
                 self.worker_down(wid, f"a step ran over {self.step_timeout_s:g} s", kill=True)
+            elif wid in self.remaps and now - self.remaps[wid] > self.step_timeout_s:
+                self.worker_down(wid, f"a remap ran over {self.step_timeout_s:g} s", kill=True)
             elif sent is None and self._quiet(self.workers[wid]):
                 self.pings[wid] = now
                 b.submit("ping").add_done_callback(lambda f, wid=wid, b=b: self.loop.soon(self._pong, wid, b, f))
@@ -254,6 +259,7 @@ class RuntimeCluster(World):
         restarted = self.lose_worker(wid)
         self.pings.pop(wid, None)
         self.step_started.pop(wid, None)
+        self.remaps.pop(wid, None)
         self.losses.append({"worker": wid, "at_s": self.now, "reason": why, "restarted": len(restarted)})
         log.error("worker %d lost (%s); %d requests start over on the others", wid, why, len(restarted))
         if self.spawn is not None:
@@ -373,7 +379,7 @@ class RuntimeCluster(World):
                 self.restart(req)
             self.worker_down(side.id, f"{type(exc).__name__}: {exc}")
             return
-        self.fail(req, f"moving its KV from worker {src.id} to worker {dst.id} failed: {type(exc).__name__}: {exc}")
+        self.fail(req, f"moving its KV from worker {src.id} to worker {dst.id} failed (see the server log)")
 
     def run_phase(self, a: RunPhase, kv_blocks: int) -> None:
         if a.phase == "restart":
@@ -381,12 +387,15 @@ class RuntimeCluster(World):
         if a.phase != "remap":
             self.loop.soon(self.phase_end, a)
             return
-        fut = self.backends[a.worker].submit("resize_kv", kv_blocks)
-        fut.add_done_callback(lambda f: self.loop.soon(self._remapped, a, f))
+        backend = self.backends[a.worker]
+        self.remaps[a.worker] = self.now
+        fut = backend.submit("resize_kv", kv_blocks)
+        fut.add_done_callback(lambda f: self.loop.soon(self._remapped, a, backend, f))
 
-    def _remapped(self, a: RunPhase, fut) -> None:
-        if a.worker in self.down:
-            return
+    def _remapped(self, a: RunPhase, backend, fut) -> None:
+        if self.backends[a.worker] is not backend or a.worker in self.down:
+            return  # the worker was lost meanwhile (its transition abandoned)
+        self.remaps.pop(a.worker, None)
         exc = fut.exception()
         if exc is not None:
             self.worker_down(a.worker, f"resize_kv failed: {type(exc).__name__}: {exc}", kill=True)

@@ -14,10 +14,11 @@ from fluidpd.core.metrics import MetricsCollector
 from fluidpd.core.request import Request
 from fluidpd.policy.costs import CostModel
 from fluidpd.policy.fluidpd import FluidPD
+from fluidpd.policy.fluidrole import SwitchConflict
 from fluidpd.policy.registry import POLICIES, make_policy
 from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index, prompt_pool
 from fluidpd.policy.view import Role, blocks_for
-from fluidpd.runtime.api import GenerationRequest, Overloaded
+from fluidpd.runtime.api import Conflict, GenerationRequest, Overloaded, Unavailable
 from fluidpd.runtime.clock import RealtimeLoop
 from fluidpd.runtime.cluster import Live, RuntimeCluster
 from fluidpd.runtime.config import RuntimeConfig
@@ -125,7 +126,7 @@ class Coordinator:
         """Accept a request that can be served (ValueError otherwise: nothing is queued)."""
         cl = self._cluster()
         if cl.failed:
-            raise RuntimeError(f"the runtime has failed: {cl.failed}")
+            raise Unavailable(f"the runtime has failed: {cl.failed}")
         ids, params = request.prompt_token_ids, request.params
         n = len(ids)
         if n == 0:
@@ -226,7 +227,10 @@ class Coordinator:
         pol = cl.policy
         if not isinstance(pol, FluidPD):
             raise ValueError(f"policy {pol.name} has no role transitions; serve with --policy fluidpd")
-        pol.force_role(worker_id, Role(role), cl)
+        try:
+            pol.force_role(worker_id, Role(role), cl)
+        except SwitchConflict as exc:
+            raise Conflict(str(exc)) from None
         return {"worker": worker_id, "role": role, "accepted": True}
 
     def metrics_snapshot(self) -> dict:
@@ -269,6 +273,7 @@ def _transition_json(t) -> dict:
         "reason": t.reason,
         "began_s": t.began_s,
         "phase": t.phase,
+        "epoch": t.epoch,
         "done": t.done,
         "durations_s": t.durations(),
         "total_s": t.total_s if t.done else None,

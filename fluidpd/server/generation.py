@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
 import uuid
@@ -17,12 +18,13 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from fluidpd.runtime.api import GenerationRequest, Overloaded, TokenEvent
+from fluidpd.runtime.api import GenerationRequest, Overloaded, TokenEvent, Unavailable
 from fluidpd.server.errors import APIError, bad_request, error_body
 from fluidpd.server.metrics import RequestTimer
 from fluidpd.server.output import ChoiceOutput
 from fluidpd.server.state import ServerState
 
+log = logging.getLogger("fluidpd.server")
 _background: set[asyncio.Task] = set()
 
 
@@ -33,6 +35,9 @@ async def generate(state: ServerState, chat: bool, body, raw: Request, ids: list
         stream = state.runtime.submit(GenerationRequest(rid, ids, params, meta={"chat": chat}))
     except ValueError as exc:
         raise bad_request(str(exc), "messages" if chat else "prompt") from None
+    except Unavailable as exc:
+        log.error("request %s refused: %s", rid, exc)
+        raise APIError(503, "no worker can serve now (see the server log)", "service_unavailable") from None
     except Overloaded as exc:
         state.metrics.rejected_overload()
         raise APIError(

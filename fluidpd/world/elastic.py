@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from fluidpd.core.piece import PrefillPiece, split_prompt
 from fluidpd.core.request import Request
-from fluidpd.policy.actions import Borrow, BorrowSplit, Migrate, RunPhase, StopRouting
+from fluidpd.policy.actions import Borrow, BorrowSplit, Migrate, ResumeRouting, RunPhase, StopRouting
 from fluidpd.policy.view import Role, blocks_for
 from fluidpd.world.links import HANDOFF, MIGRATION
 
@@ -30,7 +30,7 @@ class Spread:
 
 
 class Elastic:
-    """Mixin of World: Borrow, BorrowSplit, StopRouting, Migrate and the FluidRole phases."""
+    """Mixin of World: Borrow, BorrowSplit, StopRouting, ResumeRouting, Migrate and the FluidRole phases."""
 
     if TYPE_CHECKING:  # what World provides
         policy: Policy
@@ -145,6 +145,15 @@ class Elastic:
             w.pull_blocks_pending -= w.blocks_of(req)
             self.hand_off(req)
 
+    def _resume_routing(self, a: ResumeRouting) -> None:
+        if a.worker in self.down:
+            return
+        w = self.workers[a.worker]
+        w.routable = True
+        w.role_since = self.loop.now  # residence: the rolled-back worker is not picked again at once
+        self.unpark()
+        self.schedule(w)
+
     def _migrate(self, a: Migrate) -> None:
         src, dst, req = self.workers[a.src], self.workers[a.dst], a.request
         if src.busy:
@@ -190,7 +199,8 @@ class Elastic:
         return target
 
     def phase_end(self, a: RunPhase) -> None:
-        if a.worker in self.down:  # lost mid-switch: the policy has abandoned the transition
+        t = self.policy.transition_of(a.worker)
+        if t is None or not t.expects(a):  # stale: the worker was lost mid-switch (abandoned)
             return
         w = self.workers[a.worker]
         if a.phase in ("remap", "restart"):  # a restart comes back re-sliced and in its new role
@@ -223,6 +233,7 @@ class Elastic:
         Borrow: _borrow,
         BorrowSplit: _borrow_split,
         StopRouting: _stop_routing,
+        ResumeRouting: _resume_routing,
         Migrate: _migrate,
         RunPhase: _run_phase,
     }

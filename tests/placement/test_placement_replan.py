@@ -121,7 +121,9 @@ def test_distserve_refuses_to_restart_the_last_worker_of_a_role():
 
     class View:
         now = 0.0
-        workers = [type("W", (), {"id": i, "role": r})() for i, r in enumerate([Role.PREFILL, Role.DECODE])]
+        workers = [
+            type("W", (), {"id": i, "role": r, "routable": True})() for i, r in enumerate([Role.PREFILL, Role.DECODE])
+        ]
 
     with pytest.raises(ValueError, match="last"):
         pol.force_role(0, Role.DECODE, View())

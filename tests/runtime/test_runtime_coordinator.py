@@ -108,6 +108,62 @@ def test_forced_fluidrole_switch_under_load_loses_no_token(reference):
     assert serve.last_state["workers"][1]["role"] == "prefill"
 
 
+@pytest.mark.slow
+def test_a_hundred_forced_switches_under_streaming_load_lose_nothing(reference):
+    """Streams keep arriving while the admin API switches a worker 100 times (each time one whose
+    role has two serving workers): every stream gets the greedy reference tokens, none fails."""
+    _, ids, expected = reference
+    coord = coordinator("fluidpd", 3, tbt_slo_s=0.5)
+    switches, results = 100, []
+
+    async def go():
+        await coord.start()
+        pol, done = coord.cluster.policy, asyncio.Event()
+
+        async def stream(i):
+            s = coord.submit(
+                GenerationRequest(f"s{i}", ids[i % len(ids)], SamplingParams(max_tokens=12, ignore_eos=True))
+            )
+            toks, err = [], None
+            async for ev in s:
+                toks += ev.token_ids
+                err = ev.error or err
+            results.append((i % len(ids), toks, err))
+
+        async def load():
+            tasks, i = [], 0
+            while not done.is_set():
+                tasks.append(asyncio.create_task(stream(i)))
+                i += 1
+                await asyncio.sleep(0.05)
+            await asyncio.gather(*tasks)
+
+        async def switch():
+            for _ in range(switches):
+                while pol.switching():
+                    await asyncio.sleep(0.005)
+                roles = [w.role for w in coord.cluster.workers]
+                wid = next(w for w, r in enumerate(roles) if roles.count(r) == 2)
+                coord.force_role(wid, "decode" if roles[wid].value == "prefill" else "prefill")
+                await asyncio.sleep(0.02)
+            while pol.switching():
+                await asyncio.sleep(0.005)
+            done.set()
+
+        try:
+            await asyncio.wait_for(asyncio.gather(load(), switch()), timeout=600)
+            return coord.cluster_state(), pol.transitions
+        finally:
+            await coord.stop()
+
+    state, transitions = asyncio.run(go())
+    assert len(transitions) == switches and all(t.done for t in transitions)
+    assert sum(len(t.migrated) for t in transitions) > 0  # live KV moved, not only idle switches
+    assert results and all(err is None and toks == expected[k] for k, toks, err in results)
+    assert state["outstanding"] == 0 and all(w["kv_blocks_used"] == 0 and w["routable"] for w in state["workers"])
+    assert sorted(w["role"] for w in state["workers"]).count("decode") in (1, 2)
+
+
 def test_bad_requests_are_refused_with_a_clear_error(reference):
     coord = coordinator("static-pd", 2)
 

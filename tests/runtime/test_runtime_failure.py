@@ -139,3 +139,56 @@ def test_a_hung_worker_is_lost_by_its_heartbeat(setup):
     assert [t for t, _, _ in results] == expected
     (loss,) = state["losses"]
     assert loss["worker"] == stopped[0] and ("heartbeat" in loss["reason"] or "step ran over" in loss["reason"])
+
+
+async def kill_during_drain(c, victim) -> dict:
+    """Switch the busiest decode worker to prefill; once its drain has KV in flight (or is under
+    way for 3 s), kill -9 `victim(c, t)`; returns what the kill caught."""
+    wid = busiest_decode_worker(c)
+    c.force_role(wid, "prefill")
+    pol = c.cluster.policy
+    for _ in range(3000):
+        t = pol.transition_of(wid)
+        if t is not None and t.phase == "drain" and c.cluster.workers[wid].transfers_out:
+            break
+        await asyncio.sleep(0.001)
+    t = pol.transitions[-1]
+    target = victim(c, wid)
+    caught = {"phase": t.phase, "in_flight": c.cluster.workers[wid].transfers_out, "killed": target, "switching": wid}
+    os.kill(c.backends[target].pid, signal.SIGKILL)
+    return caught
+
+
+@pytest.mark.parametrize("who", ["switching", "migration-target"])
+def test_a_switch_and_a_failure_racing_leave_a_consistent_cluster(setup, who):
+    """kill -9 of the worker being switched, or of the peer its live KV is moving to, mid-drain."""
+    _, _, ids, expected = setup
+    coord = coordinator(setup, "fluidpd")
+    caught: list[dict] = []
+
+    def victim(c, wid):
+        if who == "switching":
+            return wid
+        peers = [w for w in c.cluster.workers if w.role.value == "decode" and w.id != wid]
+        return max(peers, key=lambda w: (w.transfers_in, -w.id)).id
+
+    def fault(c):
+        task = asyncio.get_running_loop().create_task(kill_during_drain(c, victim))
+        task.add_done_callback(lambda f: caught.append(f.result()))
+
+    results, _, after, state = asyncio.run(run(coord, ids, fault))
+    (k,) = caught
+    assert k["phase"] == "drain"
+    assert [t for t, _, _ in results] == expected  # no token lost, none repeated
+    assert all(r == "length" and e is None for _, r, e in results)
+    (loss,) = state["losses"]
+    assert loss["worker"] == k["killed"]
+    (t,) = state["transitions"]
+    if who == "switching":  # abandoned; the replacement joins in the role it had
+        assert "abandoned" in t["reason"] and not t["done"]
+        assert state["workers"][k["switching"]]["role"] == "decode"
+    else:  # the switch goes on without the lost peer
+        assert t["done"] and state["workers"][k["switching"]]["role"] == "prefill"
+    assert state["workers_down"] == [] and state["outstanding"] == 0
+    assert all(w["kv_blocks_used"] == 0 and w["routable"] and not w["pulls"] for w in state["workers"])
+    assert after == expected[0][:4]

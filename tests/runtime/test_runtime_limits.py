@@ -121,3 +121,32 @@ def test_a_request_its_engine_refuses_fails_alone_and_the_cluster_carries_on(pro
     assert [r[0] for r in results[1:]] == expected and all(r[1] == "length" for r in results[1:])
     assert again[0] == expected[0] and healthy
     assert state["failed"] is None and all(w["kv_blocks_used"] == 0 for w in state["workers"])
+
+
+@pytest.mark.slow
+def test_a_failed_step_reaches_its_streams_without_internal_text(probe, caplog):
+    """The exception (which may quote a worker's pid) goes to the server log, not to clients."""
+    coord = cluster(probe, "colocated", 1)
+
+    async def go():
+        await coord.start()
+        engine = coord.backends[0].engine
+        real = engine.run_step
+
+        def boom(plan):
+            engine.run_step = real  # once
+            raise RuntimeError("worker 0 (pid 4242) hit an internal fault at 0xdeadbeef")
+
+        engine.run_step = boom
+        try:
+            first = await asyncio.wait_for(collect(submit(coord, "r0", list(range(200, 230)), 6)), 300)
+            again = await asyncio.wait_for(collect(submit(coord, "r1", list(range(200, 230)), 6)), 300)
+            return first, again
+        finally:
+            await coord.stop()
+
+    with caplog.at_level("ERROR", logger="fluidpd.runtime"):
+        (toks, reason, error), again = asyncio.run(go())
+    assert reason == "error" and not toks and error == "the engine failed the step (see the server log)"
+    assert "4242" in caplog.text  # the detail is logged server-side
+    assert again[1] == "length" and len(again[0]) == 6

@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
+from fluidpd.runtime.api import Conflict
 from fluidpd.server.body import json_body
 from fluidpd.server.errors import APIError, bad_request
 from fluidpd.server.protocol import RoleRequest
@@ -30,7 +31,8 @@ async def cluster(state: ServerState = Depends(server_state)):
 async def force_role(
     worker_id: int, body: RoleRequest = json_body(RoleRequest), state: ServerState = Depends(server_state)
 ):
-    """{"role": "prefill" | "decode"}: 404 for no such worker, 400 for a switch the runtime cannot make."""
+    """{"role": "prefill" | "decode"}: 404 for no such worker, 409 for a switch the cluster's state
+    forbids now (already switching, the last of its role, not serving), 400 for one it never can."""
     if body.role not in SWITCHABLE_ROLES:
         raise bad_request(f"role must be one of {', '.join(SWITCHABLE_ROLES)}, got {body.role!r}", "role")
     runtime = state.runtime
@@ -41,6 +43,8 @@ async def force_role(
         action = runtime.force_role(worker_id, body.role)
     except KeyError as exc:
         raise _no_worker(str(exc.args[0]) if exc.args else f"no worker {worker_id}") from None
+    except Conflict as exc:
+        raise APIError(409, str(exc), "conflict_error", "worker_id") from None
     except ValueError as exc:
         raise bad_request(str(exc), "role") from None
     return JSONResponse(_json(action))
