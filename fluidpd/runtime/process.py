@@ -41,6 +41,7 @@ from fluidpd.runtime.messages import (
     decode,
     encode,
 )
+from fluidpd.runtime.transport.shm import unlink_segments_of
 from fluidpd.runtime.worker_main import run_worker
 
 _STOP = object()
@@ -263,6 +264,8 @@ class ProcessWorker:
             if proc.is_alive():
                 proc.kill()
                 proc.join(5.0)
+            if not proc.is_alive() and proc.pid is not None:  # a killed worker cannot unlink its own
+                unlink_segments_of(proc.pid)
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(5.0)
         if self._sender is not None and self._sender is not threading.current_thread():

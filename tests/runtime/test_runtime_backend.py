@@ -217,6 +217,19 @@ def test_close_is_idempotent_and_later_submits_fail():
         iw.submit("stats").result(timeout=0)
 
 
+def test_a_killed_workers_kv_segments_are_unlinked_when_it_is_closed():
+    """kill -9 leaves its pool and any export nobody imported in /dev/shm; close() unlinks them."""
+    w = ProcessWorker(9, tiny_config(), kv_pool_bytes=4 << 20)
+    w.start()
+    start_request(w, "x", list(range(1, 40)), SamplingParams(max_tokens=4))
+    h = w.submit("export_kv", "x").result(timeout=30)  # exported, never imported
+    w.kill()
+    w.process.join(10)
+    assert h.name in leftover_segments(w.pid)  # the dead worker could not unlink it
+    w.close()
+    assert leftover_segments(w.pid) == []
+
+
 def test_start_failure_is_reported():
     from fluidpd.engine.config import EngineConfig
     from fluidpd.runtime.messages import WorkerStartError

@@ -17,6 +17,7 @@ from fluidpd.runtime.api import GenerationRequest
 from fluidpd.runtime.build import build_coordinator
 from fluidpd.runtime.config import RuntimeConfig
 from fluidpd.runtime.profile import profile_engine
+from fluidpd.runtime.transport.shm import leftover_segments
 
 pytestmark = pytest.mark.slow
 MAX_TOKENS = 24
@@ -155,6 +156,7 @@ async def kill_during_drain(c, victim) -> dict:
     t = pol.transitions[-1]
     target = victim(c, wid)
     caught = {"phase": t.phase, "in_flight": c.cluster.workers[wid].transfers_out, "killed": target, "switching": wid}
+    caught["pid"] = c.backends[target].pid
     os.kill(c.backends[target].pid, signal.SIGKILL)
     return caught
 
@@ -192,3 +194,4 @@ def test_a_switch_and_a_failure_racing_leave_a_consistent_cluster(setup, who):
     assert state["workers_down"] == [] and state["outstanding"] == 0
     assert all(w["kv_blocks_used"] == 0 and w["routable"] and not w["pulls"] for w in state["workers"])
     assert after == expected[0][:4]
+    assert leftover_segments(k["pid"]) == []  # the KV segments the killed worker had made are unlinked

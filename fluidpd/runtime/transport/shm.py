@@ -290,6 +290,17 @@ def segment_generation(name: str) -> int:
         buf.close()
 
 
+def unlink_segments_of(pid: int) -> list[str]:
+    """Unlink the KV segments a dead process created (a worker killed with its pool or mid-export)."""
+    names = leftover_segments(pid)
+    for n in names:
+        try:
+            os.unlink(os.path.join(SHM_DIR, n))
+        except FileNotFoundError:
+            pass
+    return names
+
+
 def leftover_segments(pid: int | None = None) -> list[str]:
     """Names of KV segments now in /dev/shm (of one creator pid, or all): for leak checks."""
     if not os.path.isdir(SHM_DIR):
