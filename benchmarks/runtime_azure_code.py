@@ -21,6 +21,7 @@ import time
 import urllib.request
 
 SLO = ("--ttft-slo", "10", "--tbt-slo", "0.6")
+ADMIT_ALL = ("--admit-ttft-factor", "0")  # admission off: every system sees every request
 
 
 def wait_healthy(url: str, proc, timeout_s: float = 600) -> None:
@@ -53,6 +54,7 @@ def run_policy(policy: str, port: int, args) -> dict:
         "--policy",
         policy,
         *SLO,
+        *ADMIT_ALL,
         "--port",
         str(port),
         "--max-model-len",

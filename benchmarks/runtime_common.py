@@ -26,9 +26,11 @@ def coordinator(
     prefill_workers: int = 0,
     max_num_seqs: int = 32,
     config: EngineConfig | None = None,
+    admit_ttft_factor: float = 0.0,  # admission off: every system sees every request of a comparison
     **runtime_kw,
 ):
     runtime = RuntimeConfig(
+        admit_ttft_factor=admit_ttft_factor,
         workers=workers,
         policy=policy,
         backend=backend,

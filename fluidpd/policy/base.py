@@ -75,6 +75,11 @@ class Policy:
     def observe_step(self, worker: WorkerView, duration_s: float, plan: StepPlan) -> None:
         """A step of `worker` finished after `duration_s` (measured or simulated)."""
 
+    def prefill_batching(self, role: Role) -> tuple[int, bool]:
+        """How a worker in `role` batches prompts: tokens a step, and whether prompts are split
+        into chunks (for `costs.batched_prefill_time`)."""
+        return self.config.max_num_batched_tokens, False
+
     def worker_lost(self, wid: int, view: ClusterView) -> list:
         """Worker `wid` died with its KV (its requests already start over elsewhere); actions to take."""
         return []

@@ -14,6 +14,9 @@ class Chunked(Policy):
     def route(self, req, view):
         return routing.least_loaded(view.workers)
 
+    def prefill_batching(self, role):
+        return self.config.chunk_budget, True
+
     def plan_step(self, worker, view):
         c = self.config
         return stepplan.decodes_then_chunks(worker, c.chunk_budget, c.max_num_seqs)

@@ -34,6 +34,11 @@ class StaticPD(Policy):
     def route(self, req, view):
         return routing.shortest_queue(view.workers)
 
+    def prefill_batching(self, role):
+        if role is Role.PREFILL:
+            return self.config.prefill_batch_tokens, False
+        return self.config.chunk_budget, True  # FluidToken's chunks on a decode worker
+
     def plan_step(self, worker, view):
         c = self.config
         if worker.role is Role.PREFILL:

@@ -27,7 +27,7 @@ class RuntimeConfig:
     step_timeout_s: float = knob(60.0, "a worker whose step runs longer than this is lost")
     replace_workers: bool = knob(True, "start a replacement for a lost worker")
     admit_ttft_factor: float = knob(
-        4.0, "refuse (429) a request whose predicted TTFT is over this many TTFT SLOs (0: admit all)"
+        0.8, "refuse (429) a request whose predicted TTFT is over this many TTFT SLOs (0: admit all)"
     )
     max_waiting: int = knob(512, "refuse (429) new requests while this many wait for their first token")
     scheduling: PolicyConfig = field(default_factory=PolicyConfig)

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from fluidpd.core.metrics import MetricsCollector
 from fluidpd.core.request import Request
-from fluidpd.policy.costs import CostModel
+from fluidpd.policy.costs import CostModel, batched_prefill_time
 from fluidpd.policy.fluidpd import FluidPD
 from fluidpd.policy.fluidrole import SwitchConflict
 from fluidpd.policy.registry import POLICIES, make_policy
@@ -145,16 +145,22 @@ class Coordinator:
         return stream
 
     def predicted_ttft(self, prompt_tokens: int) -> float:
-        """When a new prompt of `prompt_tokens` would see its first token: the prefill work queued on
-        the least loaded worker that would prefill it, plus its own, at the measured prefill speed."""
+        """When a new prompt of `prompt_tokens` would see its first token: the prefill steps the
+        prompts queued on the least loaded worker that would prefill it (and the parked ones) make
+        with it, batched as that worker batches them, at the measured prefill speed."""
         cl = self._cluster()
         pool = [w for w in prompt_pool(cl) if w.routable]
         if not pool:
             return float("inf")
-        scale = getattr(cl.policy, "prefill_scale", 1.0)
-        f_p = self.profile.prefill_time
-        parked = sum(r.prefill_remaining for r in cl.parked)
-        return scale * min(f_p(w.queued_tokens + parked + prompt_tokens) for w in pool)
+        pol = cl.policy
+        scale = getattr(pol, "prefill_scale", 1.0)
+        parked = [r.prefill_remaining for r in cl.parked]
+
+        def wait(w) -> float:
+            lengths = [r.prefill_remaining for r in w.queue] + parked + [prompt_tokens]
+            return batched_prefill_time(lengths, self.profile.prefill_time, *pol.prefill_batching(w.role))
+
+        return scale * min(wait(w) for w in pool)
 
     def _admit(self, cl: RuntimeCluster, prompt_tokens: int) -> None:
         """Overloaded (HTTP 429) when too many requests wait or the predicted TTFT is too far out."""

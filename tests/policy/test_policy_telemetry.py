@@ -65,3 +65,16 @@ def test_jitter_guard_is_learned_from_the_tail():
     assert t.tail_s() == pytest.approx(0.004, rel=0.07)
     t.observe(0.0)
     assert 1.4 * 0.004 < t.guard_s < 1.6 * 0.004 * 1.07
+
+
+def test_batched_prefill_time_prices_the_steps_the_batching_makes():
+    from fluidpd.core.polynomial import Polynomial
+    from fluidpd.policy.costs import batched_prefill_time
+
+    f = Polynomial((0.001, 0.1))  # 100 ms a step plus 1 ms a token
+    # L_m = 64, whole prompts: [40, 20] share a step, 96 runs alone, [30] is the last step
+    assert batched_prefill_time([40, 20, 96, 30], f, 64) == pytest.approx(3 * 0.1 + 0.186)
+    assert batched_prefill_time([96, 96, 96], f, 64) == pytest.approx(3 * f(96))  # each longer than L_m: alone
+    # chunked: 200 tokens in 64-token chunks = 3 full steps and one of 8 tokens
+    assert batched_prefill_time([100, 100], f, 64, split=True) == pytest.approx(3 * f(64) + f(8))
+    assert batched_prefill_time([], f, 64) == 0.0
