@@ -5,11 +5,12 @@ decode ids); the engine's tokens stream to the requests, and the measured step t
 the policy. KV moves by export on one engine and import on another (through the transport the
 worker backends use). FluidRole's remap is a real `resize_kv` of the worker's arena.
 
-A worker that dies (its process exits, a call fails with WorkerError) or hangs (a heartbeat ping,
-a step or a remap unanswered past its timeout) is lost: its requests start over on the others from their
-prompt plus the tokens already streamed (`World.lose_worker`), so each stream goes on with no token
-lost or repeated; a replacement engine starts in the background and joins in the role the policy
-wants; until then the cluster serves smaller.
+A worker that dies (its process exits, a call fails with WorkerError) or hangs (a heartbeat, which
+a worker answers beside a step in progress, or a step or a remap unanswered past its timeout) is
+lost: its requests start over on the others from their prompt plus the tokens already streamed
+(`World.lose_worker`), so each stream goes on with no token lost or repeated; a replacement engine
+starts in the background and joins in the role the policy wants; until then the cluster serves
+smaller.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class RuntimeCluster(World):
         self.running = True
         self.spawn = spawn  # wid -> an unstarted backend like the lost one (None: no replacements)
         self.heartbeat_timeout_s, self.step_timeout_s = heartbeat_timeout_s, step_timeout_s
-        self.pings: dict[int, float] = {}  # worker -> when its outstanding heartbeat was sent
+        self.pings: dict[int, tuple] = {}  # worker -> (when its heartbeat in flight was sent, its future)
         self.step_started: dict[int, float] = {}
         self.remaps: dict[int, float] = {}  # worker -> when its resize_kv was sent
         self.replacing: set[int] = set()
@@ -176,7 +177,7 @@ class RuntimeCluster(World):
             live.error = f"refused by its engine: {exc}" if isinstance(exc, ValueError) else "refused by its engine"
 
     def _stepped(self, w: WorkerState, plan: StepPlan, fut) -> None:
-        if self.workers[w.id] is not w:  # lost meanwhile: its requests restarted; drop what it made
+        if self.workers[w.id] is not w or not self.running:  # lost meanwhile (its requests restarted), or stopped
             return
         try:
             result = fut.result()
@@ -219,12 +220,15 @@ class RuntimeCluster(World):
 
     # --- worker loss and replacement ----------------------------------------------------
     def watch(self, _=None) -> None:
-        """Every WATCH_S: a worker whose process exited, or whose heartbeat or step is overdue, is lost."""
+        """Every WATCH_S: a worker whose process exited, or whose heartbeat or step is overdue, is lost.
+        Heartbeats are answered out of band (beside a step in progress): one per worker in flight."""
         now = self.now
         for wid, b in enumerate(self.backends):
             if wid in self.down:
                 continue
-            sent = self.pings.get(wid)
+            sent, beat = self.pings.get(wid, (None, None))
+            if beat is not None and beat.done() and beat.exception() is None:
+                sent = None  # answered (read here: a busy loop must not delay the answer)
             started = self.step_started.get(wid)
             if getattr(b, "alive", True) is False:
                 self.worker_down(wid, "its process exited")
@@ -234,20 +238,10 @@ class RuntimeCluster(World):
                 self.worker_down(wid, f"a step ran over {self.step_timeout_s:g} s", kill=True)
             elif wid in self.remaps and now - self.remaps[wid] > self.step_timeout_s:
                 self.worker_down(wid, f"a remap ran over {self.step_timeout_s:g} s", kill=True)
-            elif sent is None and self._quiet(self.workers[wid]):
-                self.pings[wid] = now
-                b.submit("ping").add_done_callback(lambda f, wid=wid, b=b: self.loop.soon(self._pong, wid, b, f))
+            elif sent is None:
+                self.pings[wid] = (now, b.submit("heartbeat"))
         if self.running:
             self.loop.at(now + WATCH_S, EventKind.CONTROL, self.watch)
-
-    @staticmethod
-    def _quiet(w: WorkerState) -> bool:
-        """Nothing in flight that a heartbeat would queue behind (a step, a KV move, a remap)."""
-        return not w.busy and not w.transfers_in and not w.transfers_out and w.routable
-
-    def _pong(self, wid: int, backend, fut) -> None:
-        if self.backends[wid] is backend and fut.exception() is None:
-            self.pings.pop(wid, None)
 
     def worker_down(self, wid: int, why: str, kill: bool = False) -> None:
         """Worker `wid` is lost: its requests restart elsewhere; a replacement starts if it can."""

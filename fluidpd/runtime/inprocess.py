@@ -19,7 +19,7 @@ import torch
 
 from fluidpd.engine.config import EngineConfig
 from fluidpd.runtime.futures import failed_future, resolve_future
-from fluidpd.runtime.messages import METHODS, StartInfo, WorkerClosedError
+from fluidpd.runtime.messages import METHODS, OUT_OF_BAND, StartInfo, WorkerClosedError
 from fluidpd.runtime.transport.base import KVTransport
 from fluidpd.runtime.worker_main import EngineService, build_engine, start_info
 
@@ -99,6 +99,12 @@ class InProcessWorker:
                 state = "closed" if self._closed else "not started"
                 return failed_future(WorkerClosedError(f"worker {self.worker_id} is {state}"))
             f: Future = Future()
+            if method in OUT_OF_BAND:  # answered at once while the worker's thread lives
+                if self._thread.is_alive() and self.service is not None:
+                    resolve_future(f, value=self.service.call(method, args, kwargs))
+                else:
+                    resolve_future(f, error=WorkerClosedError(f"worker {self.worker_id} is not running"))
+                return f
             self._queue.put((f, self._call, (method, args, kwargs), {}))
         return f
 

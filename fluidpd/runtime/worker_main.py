@@ -9,7 +9,9 @@ arrival order until `Shutdown` or until the parent goes away.
 from __future__ import annotations
 
 import os
+import queue
 import signal
+import threading
 import time
 from typing import Any
 
@@ -21,6 +23,7 @@ from fluidpd.engine.plan import PrefillChunk, StepPlan
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.runtime.messages import (
     METHODS,
+    OUT_OF_BAND,
     Call,
     Reply,
     Shutdown,
@@ -97,6 +100,10 @@ class EngineService:
     def ping(self, delay_s: float = 0.0) -> dict:
         if delay_s > 0:
             time.sleep(delay_s)
+        return self.heartbeat()
+
+    def heartbeat(self) -> dict:
+        """Out of band (OUT_OF_BAND): answered while another call runs."""
         return {"worker_id": self.worker_id, "pid": os.getpid(), "time": time.time()}
 
 
@@ -190,20 +197,38 @@ def run_worker(conn, worker_id: int, config: EngineConfig, options: dict) -> Non
 
 
 def _serve(conn, service: EngineService, where: str) -> None:
-    while True:
-        try:
-            msg = decode(conn.recv_bytes())
-        except (EOFError, OSError):  # the parent went away
-            return
-        if isinstance(msg, Shutdown):
-            return
-        if not isinstance(msg, Call):
-            continue
+    """Calls run in order on this thread; a reader thread takes messages off the pipe and answers
+    the out-of-band ones (heartbeats) at once, so a worker busy in a long step still answers."""
+    calls: queue.Queue = queue.Queue()
+    send_lock = threading.Lock()
+
+    def reply(msg: Call) -> bool:
         try:
             data = encode(Reply(msg.call_id, True, service.call(msg.method, msg.args, msg.kwargs)))
         except Exception as exc:  # noqa: BLE001 - every error goes back on its future
             data = encode(Reply(msg.call_id, False, error=portable_error(exc, where)))
         try:
-            conn.send_bytes(data)
+            with send_lock:
+                conn.send_bytes(data)
         except (EOFError, OSError):
+            return False
+        return True
+
+    def read() -> None:
+        while True:
+            try:
+                msg = decode(conn.recv_bytes())
+            except (EOFError, OSError):  # the parent went away
+                break
+            if isinstance(msg, Shutdown):
+                break
+            if isinstance(msg, Call) and msg.method in OUT_OF_BAND:
+                reply(msg)
+            elif isinstance(msg, Call):
+                calls.put(msg)
+        calls.put(None)  # after the calls already read: they still run
+
+    threading.Thread(target=read, name="fluidpd-worker-reader", daemon=True).start()
+    while (msg := calls.get()) is not None:
+        if not reply(msg):
             return
