@@ -16,6 +16,7 @@ import torch
 
 MAX_LOGPROBS = 20
 MAX_TEMPERATURE = 2.0
+GREEDY_BELOW = 1e-5  # a temperature under this is greedy, as in vLLM: logits / 1e-38 overflow float32
 SEED_RANGE = (-(1 << 63), 1 << 64)  # a negative seed is folded into 64 bits
 
 
@@ -32,7 +33,7 @@ class SamplingParams:
     """What one request asks of the sampler; every field is checked on construction."""
 
     max_tokens: int = 16
-    temperature: float = 0.0  # 0 = greedy (the default)
+    temperature: float = 0.0  # 0 (or under GREEDY_BELOW) = greedy (the default)
     top_k: int = 0  # 0 or -1 = off
     top_p: float = 1.0
     seed: int | None = None  # None: a random seed per request
@@ -73,7 +74,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        return self.temperature < GREEDY_BELOW or self.top_k == 1
 
     def make_generator(self) -> torch.Generator | None:
         if self.greedy:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,8 @@ QWEN2_SPLIT = (
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4
+ENCODE_PIECE_CHARS = 1 << 16  # a longer text is encoded in pieces of about this many characters
+_PIECE_CUT = re.compile(r"(?<=\S) (?=\S)")  # no pre-token spans a non-space and the space after it
 
 
 class Tokenizer:
@@ -40,6 +43,7 @@ class Tokenizer:
         self.add_bos = add_bos
         self.chat_template = chat_template
         self._template = None
+        self._split_ok: bool | None = None
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -109,9 +113,40 @@ class Tokenizer:
         return self.tk.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        ids = self.tk.encode(text, add_special_tokens=add_special_tokens).ids
+        if len(text) > ENCODE_PIECE_CHARS and self._splittable():
+            ids = self._encode_pieces(text, add_special_tokens)
+        else:
+            ids = self.tk.encode(text, add_special_tokens=add_special_tokens).ids
         if add_special_tokens and self.add_bos and (not ids or ids[0] != self.bos_token_id):
             ids = [self.bos_token_id, *ids]
+        return ids
+
+    def _splittable(self) -> bool:
+        """Byte-level BPE with no normalizer or post-processor and no added token holding a space:
+        a text cut between a non-space and a space encodes as the concatenation of its pieces."""
+        if self._split_ok is None:
+            tk = self.tk
+            added = tk.get_added_tokens_decoder().values()
+            self._split_ok = (
+                tk.normalizer is None
+                and tk.post_processor is None
+                and "ByteLevel" in repr(tk.pre_tokenizer)
+                and not any(any(c.isspace() for c in t.content) for t in added)
+            )
+        return self._split_ok
+
+    def _encode_pieces(self, text: str, add_special_tokens: bool) -> list[int]:
+        """A long text in pieces of ~ENCODE_PIECE_CHARS, encoded off the GIL (encode_batch): the id
+        lists come back piece by piece, so no single call holds the GIL for the whole text."""
+        pieces, start = [], 0
+        while start < len(text):
+            cut = _PIECE_CUT.search(text, start + ENCODE_PIECE_CHARS)
+            end = cut.start() if cut else len(text)
+            pieces.append(text[start:end])
+            start = end
+        ids: list[int] = []
+        for enc in self.tk.encode_batch(pieces, add_special_tokens=add_special_tokens):
+            ids.extend(enc.ids)
         return ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:

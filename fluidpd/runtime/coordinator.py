@@ -67,10 +67,6 @@ class Coordinator:
             return {"status": "degraded", "workers_down": sorted(cl.down), "replacing": sorted(cl.replacing)}
         return {"status": "ok"}
 
-    @property
-    def last_error(self) -> str | None:
-        return self.cluster.failed if self.cluster is not None else None
-
     # --- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         c, p = self.config, self.profile

@@ -15,8 +15,11 @@ from fastapi import FastAPI
 from fluidpd.server.auth import add_auth
 from fluidpd.server.config import ServeConfig
 from fluidpd.server.errors import add_error_handlers
+from fluidpd.server.openapi import add_openapi
 from fluidpd.server.routes import admin, openai, ops, tokens
 from fluidpd.server.state import ServerState
+
+ROUTERS = (openai.router, tokens.router, admin.router, ops.router)
 
 
 def build_app(runtime, *, manage_runtime: bool = True, config: ServeConfig | None = None) -> FastAPI:
@@ -39,7 +42,8 @@ def build_app(runtime, *, manage_runtime: bool = True, config: ServeConfig | Non
     config = config or ServeConfig()
     app.state.server = ServerState(runtime, config)
     add_error_handlers(app)
-    add_auth(app, config.api_key, config.admin_key, config.host)
-    for module in (openai, tokens, admin, ops):
-        app.include_router(module.router)
+    add_auth(app, config)
+    for router in ROUTERS:
+        app.include_router(router)
+    add_openapi(app, [route for router in ROUTERS for route in router.routes])
     return app

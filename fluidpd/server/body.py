@@ -27,6 +27,7 @@ def json_body(model: type[M]):
         raw = await read_body(request, request.app.state.server.config.max_body_bytes)
         return await run_in_threadpool(_validate, model, raw)
 
+    parse.body_model = model  # for the OpenAPI schema (openapi.py)
     return Depends(parse)
 
 

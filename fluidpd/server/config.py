@@ -25,6 +25,10 @@ class ServeConfig:
         None, "require 'Authorization: Bearer KEY' on every route but /health (env FLUIDPD_API_KEY)"
     )
     admin_key: str | None = knob(None, "the key /v1/admin/* requires (default: --api-key; env FLUIDPD_ADMIN_KEY)")
+    allowed_hosts: str | None = knob(
+        None,
+        "comma-separated Host header names served, '*' any (default: loopback names on a loopback --host, else any)",
+    )
 
     def __post_init__(self) -> None:
         self.api_key = self.api_key or os.environ.get("FLUIDPD_API_KEY") or None

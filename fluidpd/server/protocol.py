@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import PydanticUndefined
 
-from fluidpd.engine.sampling import SamplingParamError, SamplingParams
+from fluidpd.engine.sampling import MAX_LOGPROBS, MAX_TEMPERATURE, SEED_RANGE, SamplingParamError, SamplingParams
 from fluidpd.server.errors import APIError, bad_request
 
 # ---------------------------------------------------------------------- request bodies
+
+
+def accepts(default: Any = PydanticUndefined, **schema) -> Any:
+    """A field (or, in Annotated, a type) whose OpenAPI schema also says which values the server
+    accepts; pydantic does not check these: the server's own checks answer a 400 naming the field."""
+    return Field(default, json_schema_extra=schema)
+
+
+TokenId = Annotated[int, accepts(minimum=0)]  # and below the vocabulary size
+TokenIds = Annotated[list[TokenId], accepts(minItems=1)]
+Prompt = (  # one prompt per request: a text, its token ids, or a list holding one of those
+    Annotated[str, accepts(minLength=1)]
+    | TokenIds
+    | Annotated[list[str], accepts(minItems=1, maxItems=1)]
+    | Annotated[list[TokenIds], accepts(minItems=1, maxItems=1)]
+)
 
 
 class StreamOptions(BaseModel):
@@ -21,31 +38,31 @@ class _Sampling(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None  # vLLM extension
-    n: int | None = 1
-    best_of: int | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
+    max_tokens: int | None = accepts(None, minimum=1)
+    temperature: float | None = accepts(None, minimum=0, maximum=MAX_TEMPERATURE)
+    top_p: float | None = accepts(None, exclusiveMinimum=0, maximum=1)
+    top_k: int | None = accepts(None, minimum=-1)  # vLLM extension
+    n: int | None = accepts(1, minimum=1, maximum=1)
+    best_of: int | None = accepts(None, minimum=1, maximum=1)
+    seed: int | None = accepts(None, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1] - 1)
+    stop: str | list[str] | None = accepts(None, minLength=1)
     stop_token_ids: list[int] | None = None  # vLLM extension
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool | None = False  # vLLM extension
     include_stop_str_in_output: bool | None = False  # vLLM extension
     return_token_ids: bool | None = False  # vLLM extension: token ids in every choice
-    presence_penalty: float | None = 0.0
-    frequency_penalty: float | None = 0.0
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: float | None = accepts(0.0, minimum=0, maximum=0)  # not supported: 0 only
+    frequency_penalty: float | None = accepts(0.0, minimum=0, maximum=0)
+    logit_bias: dict[str, float] | None = accepts(None, maxProperties=0)
     user: str | None = None
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[int] | list[str] | list[list[int]]
-    logprobs: int | None = None
-    echo: bool | None = False
-    suffix: str | None = None
+    prompt: Prompt
+    logprobs: int | None = accepts(None, minimum=0, maximum=MAX_LOGPROBS)
+    echo: bool | None = accepts(False, enum=[False, None])
+    suffix: str | None = accepts(None, maxLength=0)
 
 
 class ChatMessage(BaseModel):
@@ -55,11 +72,11 @@ class ChatMessage(BaseModel):
 
 
 class ChatCompletionRequest(_Sampling):
-    messages: list[ChatMessage]
-    max_completion_tokens: int | None = None
+    messages: list[ChatMessage] = accepts(minItems=1)
+    max_completion_tokens: int | None = accepts(None, minimum=1)
     logprobs: bool | None = False
-    top_logprobs: int | None = None
-    tools: list[dict[str, Any]] | None = None
+    top_logprobs: int | None = accepts(None, minimum=0, maximum=MAX_LOGPROBS)
+    tools: list[dict[str, Any]] | None = accepts(None, maxItems=0)
 
 
 class TokenizeRequest(BaseModel):
@@ -73,11 +90,24 @@ class TokenizeRequest(BaseModel):
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
-    tokens: list[int]
+    tokens: list[TokenId]
 
 
 class RoleRequest(BaseModel):
-    role: str
+    role: str = accepts(enum=["prefill", "decode"])
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | int | None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error body, which every route answers a failure with (errors.APIError)."""
+
+    error: ErrorInfo
 
 
 # ---------------------------------------------------------------------- validation

@@ -58,6 +58,14 @@ def test_top_k_1_and_tiny_top_p_are_greedy(make_engine, reference):
     assert _tokens(eng, PROMPTS[0], max_tokens=20, temperature=1.5, top_p=1e-6, seed=1) == reference[0]
 
 
+def test_a_tiny_temperature_is_greedy():
+    logits = torch.tensor([[5.0, 40.0, -3.0]])  # / 1.2e-38 overflows float32: softmax of inf is nan
+    for t in (5e-324, 1.2e-38, 9e-6):
+        p = SamplingParams(temperature=t, seed=0)
+        assert p.greedy and sample(logits, [p], [p.make_generator()])[0] == [1]
+    assert not SamplingParams(temperature=1e-5).greedy
+
+
 def test_top_k_restricts_the_support():
     logits = torch.tensor([[5.0, 4.0, 3.0, -1.0, -2.0]])
     g = torch.Generator().manual_seed(0)

@@ -54,3 +54,18 @@ def test_tokenizer_json_directory(tmp_path, tok):
     )
     with pytest.raises(FileNotFoundError):
         Tokenizer.load(str(tmp_path / "missing"))
+
+
+def test_a_long_text_encodes_in_pieces_exactly_as_whole(tok):
+    """Past ENCODE_PIECE_CHARS the text is cut between a non-space and a space and encoded in
+    pieces (no call holds the GIL for the whole text): the ids are the whole text's."""
+    import random
+
+    from fluidpd.engine.tokenizer import ENCODE_PIECE_CHARS
+
+    rng = random.Random(0)
+    words = ["hello", "The", "1234", "3.14", "don't", "we'll", "<|im_start|>", "naïve", "日本語", "\n", "\t"]
+    words += ["  ", "!!", "x=y+1;", "'s", "   lead", "emoji😀", "\r\n", "a"]
+    text = "".join(rng.choice(words) + rng.choice([" ", "", " ", "  ", "\n"]) for _ in range(60_000))
+    assert len(text) > 4 * ENCODE_PIECE_CHARS and tok._splittable()
+    assert tok.encode(text) == tok.tk.encode(text).ids

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from fluidpd.server import BackgroundServer, build_app
-from fluidpd.server.auth import check, loopback
+from fluidpd.server.auth import allowed_hosts, check, loopback
 from fluidpd.server.config import ServeConfig
 
 
@@ -49,3 +49,21 @@ def test_the_key_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("FLUIDPD_API_KEY", "from-env")
     assert ServeConfig().api_key == "from-env"
     assert ServeConfig(api_key="flag").api_key == "flag"
+
+
+def test_a_host_header_that_does_not_name_the_server_is_refused(served):
+    """A loopback server answers only loopback names (DNS rebinding); --allowed-hosts widens it."""
+    url = served.url  # http://127.0.0.1:PORT, listening on loopback
+    port = url.rsplit(":", 1)[1]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", f"[::1]:{port}"):
+        assert httpx.get(url + "/v1/models", headers={"Host": host}).status_code == 200, host
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", ""):
+        r = httpx.get(url + "/health", headers={"Host": host})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_host", host
+    app = build_app(served.runtime, manage_runtime=False, config=ServeConfig(allowed_hosts="api.example, other"))
+    with BackgroundServer(app) as srv:
+        assert httpx.get(srv.url + "/v1/models", headers={"Host": "api.example:443"}).status_code == 200
+        assert httpx.get(srv.url + "/v1/models").status_code == 200  # its own --host stays served
+        assert httpx.get(srv.url + "/v1/models", headers={"Host": "localhost"}).status_code == 400
+    assert allowed_hosts(ServeConfig(host="0.0.0.0")) is None  # beyond loopback: any name, by default
+    assert allowed_hosts(ServeConfig(host="127.0.0.1", allowed_hosts="*")) is None

@@ -131,6 +131,21 @@ def test_schema_errors_are_400_openai_bodies(served, model):
     assert r.status_code == 404 and "error" in r.json()
 
 
+def test_openapi_documents_the_json_bodies_and_the_error_body(served):
+    schema = httpx.get(served.url + "/openapi.json").json()
+    ops = {(m, path): op for path, item in schema["paths"].items() for m, op in item.items()}
+    error = {"$ref": "#/components/schemas/ErrorResponse"}
+    for (method, _), op in ops.items():
+        assert op["responses"]["default"]["content"]["application/json"]["schema"] == error
+        assert "422" not in op["responses"]  # a bad request is a 400
+        assert ("requestBody" in op) == (method == "post")
+    body = ops["post", "/v1/completions"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/CompletionRequest"}
+    assert schema["components"]["schemas"]["CompletionRequest"]["required"] == ["prompt"]
+    assert "text/event-stream" in ops["post", "/v1/chat/completions"]["responses"]["200"]["content"]
+    assert "text/plain" in ops["get", "/metrics"]["responses"]["200"]["content"]
+
+
 def test_tokenize_endpoint(served):
     r = httpx.post(served.url + "/tokenize", json={"prompt": "The capital of France"}).json()
     assert r["tokens"] == served.runtime.tokenizer.encode("The capital of France")
@@ -172,13 +187,24 @@ def test_engine_failure_fails_requests_visibly_and_the_runtime_carries_on(served
     monkeypatch.setattr(engine, "run_step", broken_step)
     with pytest.raises(openai.InternalServerError) as err:
         client.completions.create(model=model, prompt="hi", max_tokens=2)
-    assert "simulated device fault" in err.value.body["message"]
-    with pytest.raises(openai.APIError, match="simulated device fault"):
+    assert err.value.body["message"] == "the engine failed the step (see the server log)"  # no internal text
+    with pytest.raises(openai.APIError, match="the engine failed the step") as err:
         for _ in client.completions.create(model=model, prompt="hi", max_tokens=2, stream=True):
             pass
+    assert "simulated device fault" not in str(err.value)
     monkeypatch.undo()
     assert httpx.get(served.url + "/health").status_code == 200
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=3, temperature=0)
     assert r.choices[0].text  # the runtime serves again
     snap = _idle(served.runtime)
     assert all(u == 0 for u in snap["kv_cache_usage"].values())
+
+
+def test_a_runtime_that_cannot_serve_answers_503_without_its_reason(served, model, monkeypatch):
+    monkeypatch.setattr(served.runtime.cluster, "failed", "every worker is lost: spawn failed (pid 4242)")
+    health = httpx.get(served.url + "/health")
+    assert health.status_code == 503 and health.json()["error"]["type"] == "service_unavailable"
+    r = httpx.post(served.url + "/v1/completions", json={"model": model, "prompt": "hi", "max_tokens": 2})
+    assert r.status_code == 503 and "4242" not in r.text and "4242" not in health.text
+    monkeypatch.undo()
+    assert httpx.get(served.url + "/health").status_code == 200

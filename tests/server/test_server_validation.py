@@ -244,6 +244,16 @@ def test_the_edges_of_the_ranges_are_accepted(served, extra):
     assert r.status_code == 200, r.text
 
 
+@pytest.mark.parametrize("temperature", [5e-324, 1.2e-38, 1e-6])
+def test_a_tiny_temperature_samples_greedily(served, temperature):
+    # found by the fuzz: logits / 1.2e-38 overflowed float32 and failed the engine step (a 500)
+    kw = {"prompt": PROMPT, "max_tokens": 4, "ignore_eos": True}
+    greedy = httpx.post(served.url + "/v1/completions", json={**kw, "temperature": 0}, timeout=60).json()
+    r = httpx.post(served.url + "/v1/completions", json={**kw, "temperature": temperature, "seed": 3}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] == greedy["choices"][0]["text"]
+
+
 def test_a_negative_seed_samples_as_its_64_bit_fold(served):
     kw = {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0}
     a = httpx.post(served.url + "/v1/completions", json={**kw, "seed": -1}, timeout=60).json()

@@ -14,6 +14,7 @@ from fluidpd.server.protocol import ChatCompletionRequest, CompletionRequest, ch
 from fluidpd.server.state import ServerState, server_state
 
 router = APIRouter()
+STREAMS = {200: {"content": {"text/event-stream": {}}, "description": "The completion, or its SSE chunks"}}
 
 
 @router.get("/v1/models")
@@ -21,7 +22,7 @@ async def models(state: ServerState = Depends(server_state)):
     return {"object": "list", "data": [state.model_card()]}
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", responses=STREAMS)
 async def completions(
     raw: Request, body: CompletionRequest = json_body(CompletionRequest), state: ServerState = Depends(server_state)
 ):
@@ -35,7 +36,7 @@ async def completions(
     return await generate(state, False, body, raw, ids, params, t0)
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", responses=STREAMS)
 async def chat_completions(
     raw: Request,
     body: ChatCompletionRequest = json_body(ChatCompletionRequest),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from fluidpd.server.errors import APIError
@@ -15,14 +15,12 @@ router = APIRouter()
 @router.get("/health")
 async def health(state: ServerState = Depends(server_state)):
     runtime = state.runtime
-    if getattr(runtime, "healthy", True) is False:
-        return APIError(
-            503, getattr(runtime, "last_error", None) or "runtime unhealthy", "internal_server_error"
-        ).response()
+    if getattr(runtime, "healthy", True) is False:  # why is in the server log, not in this open route
+        return APIError(503, "no worker can serve now", "service_unavailable").response()
     status = runtime.status() if hasattr(runtime, "status") else {"status": "ok"}
     return JSONResponse(status)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(state: ServerState = Depends(server_state)):
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
