@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from dataclasses import replace
 
 from fluidpd.core.metrics import MetricsCollector
@@ -22,6 +23,7 @@ from fluidpd.runtime.api import Conflict, GenerationRequest, Overloaded, Unavail
 from fluidpd.runtime.clock import RealtimeLoop
 from fluidpd.runtime.cluster import Live, RuntimeCluster
 from fluidpd.runtime.config import RuntimeConfig
+from fluidpd.runtime.memory import rss_bytes, worker_pid
 from fluidpd.runtime.profile import EngineProfile
 from fluidpd.runtime.streams import Stream
 from fluidpd.world.events import EventKind
@@ -207,7 +209,7 @@ class Coordinator:
             "workers_down": sorted(cl.down),
             "losses": cl.losses[-20:],
             "slo": {"ttft_s": self.config.ttft_slo_s, "tbt_s": self.config.tbt_slo_s},
-            "workers": [_worker_json(w) for w in cl.workers],
+            "workers": [_worker_json(w, cl.backends[w.id]) for w in cl.workers],
         }
         p = self.pressure()
         state.update(ppi=p.ppi, dpi=p.dpi)
@@ -250,7 +252,8 @@ class Coordinator:
         return snap
 
 
-def _worker_json(w) -> dict:
+def _worker_json(w, backend) -> dict:
+    pid = worker_pid(backend)
     return {
         "id": w.id,
         "role": w.role.value,
@@ -264,6 +267,8 @@ def _worker_json(w) -> dict:
         "step_time_ewma_s": w.step_time_ewma_s,
         "steps": w.steps,
         "preemptions": w.preemptions,
+        "rss_bytes": rss_bytes(pid),  # resident memory of its process (in-process workers share this one's)
+        "own_process": pid is not None and pid != os.getpid(),
     }
 
 

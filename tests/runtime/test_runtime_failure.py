@@ -109,6 +109,8 @@ def test_kill_9_of_a_busy_decode_worker_loses_no_token(setup, policy):
     assert state["workers_down"] == [] and state["outstanding"] == 0
     assert all(w["kv_blocks_used"] == 0 and not w["queue"] and not w["pulls"] for w in state["workers"])
     assert after == expected[0][:4]  # the replacement serves
+    # each worker's own process reports its resident memory (the weights alone are ~0.5 GiB)
+    assert all(w["own_process"] and w["rss_bytes"] > 256 * 2**20 for w in state["workers"])
 
 
 def test_the_only_prefill_worker_dies_and_requests_wait_for_its_replacement(setup):

@@ -54,6 +54,7 @@ def test_admin_cluster_state_and_forced_role_switch(cluster_server):
     state = httpx.get(f"{base}/v1/admin/cluster", timeout=30).json()
     assert state["policy"] == "fluidpd" and len(state["workers"]) == 3
     assert [w["role"] for w in state["workers"]] == ["prefill", "decode", "decode"]
+    assert all(not w["own_process"] and w["rss_bytes"] > 0 for w in state["workers"])  # in-process: this one
     # as `curl -X POST .../v1/admin/workers/2/role -d '{"role": "prefill"}'` sends it
     r = httpx.post(
         f"{base}/v1/admin/workers/2/role",
