@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from fluidpd.engine import EngineConfig, LLMEngine, SamplingParams, StepPlan, load_model  # noqa: E402
 from fluidpd.engine.loaders import smollm2_gguf  # noqa: E402
+from fluidpd.runtime.memory import rss_bytes  # noqa: E402
 
 
 def median(xs) -> float:
@@ -28,14 +29,7 @@ def peak_rss_mib() -> float:
 
 def rss_mib() -> float:
     """Current resident set size (Linux /proc; 0 elsewhere)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+    return rss_bytes() / 2**20
 
 
 def random_prompts(lengths: list[int], seed: int = 0) -> list[list[int]]:

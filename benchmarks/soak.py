@@ -35,6 +35,7 @@ from runtime_common import CONFIG, coordinator
 from tqdm import tqdm
 
 from fluidpd.engine.engine import LLMEngine, load_model
+from fluidpd.runtime.memory import rss_bytes
 from fluidpd.runtime.process import stage_weights
 from fluidpd.runtime.profile import profile_engine
 from fluidpd.server import BackgroundServer, build_app
@@ -42,14 +43,6 @@ from fluidpd.server import BackgroundServer, build_app
 TOPICS = ["the sea", "paged attention", "a small village", "prefill and decode", "the moon", "rivers", "trains"]
 MAX_TOKENS, WARMUP_S, SAMPLE_S = 24, 60.0, 5.0
 KINDS = (("stream", 0.55), ("whole", 0.15), ("chat", 0.15), ("abort", 0.15))
-
-
-def rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
-    except (OSError, StopIteration):
-        return 0
 
 
 def body(kind: str, k: int, model: str) -> tuple[str, dict]:

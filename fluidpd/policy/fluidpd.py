@@ -202,8 +202,8 @@ class FluidPD(StaticPD):
 
     def worker_lost(self, wid: int, view: ClusterView) -> list:
         """A switch of the lost worker is abandoned; one under way elsewhere goes on."""
-        t = self.transition
-        if t is not None and t.worker == wid:
+        t = self.transition_of(wid)
+        if t is not None:
             t.reason += " (abandoned: worker lost)"
             self.transition = None
         self.forced = [f for f in self.forced if f[0] != wid]

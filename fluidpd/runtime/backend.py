@@ -50,6 +50,9 @@ class WorkerBackend(Protocol):
 
     worker_id: int
 
+    @property
+    def pid(self) -> int | None: ...  # the process its engine runs in (None before start)
+
     def start(self) -> StartInfo: ...
 
     def submit(self, method: str, *args: Any, **kwargs: Any) -> Future: ...

@@ -57,7 +57,7 @@ def build_coordinator(
 
     from fluidpd.engine.engine import LLMEngine, load_model
     from fluidpd.runtime.backend import make_worker, start_workers
-    from fluidpd.runtime.memory import rss_bytes, worker_pid
+    from fluidpd.runtime.memory import rss_bytes
     from fluidpd.runtime.profile import profile_engine
 
     log = log or _stderr
@@ -88,7 +88,7 @@ def build_coordinator(
     backends = [spawn(i) for i in range(runtime.workers)]
     t1 = time.perf_counter()
     start_workers(backends)
-    rss = ", ".join(f"{rss_bytes(worker_pid(b)) / 2**30:.2f}" for b in backends)
+    rss = ", ".join(f"{rss_bytes(b.pid) / 2**30:.2f}" for b in backends)
     log(
         f"started {runtime.workers} {runtime.backend} worker(s) in {time.perf_counter() - t1:.1f} s, "
         f"policy {runtime.policy}; resident memory per worker (GiB{', one shared process' if shared else ''}): {rss}"

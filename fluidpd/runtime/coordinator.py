@@ -23,7 +23,7 @@ from fluidpd.runtime.api import Conflict, GenerationRequest, Overloaded, Unavail
 from fluidpd.runtime.clock import RealtimeLoop
 from fluidpd.runtime.cluster import Live, RuntimeCluster
 from fluidpd.runtime.config import RuntimeConfig
-from fluidpd.runtime.memory import rss_bytes, worker_pid
+from fluidpd.runtime.memory import rss_bytes
 from fluidpd.runtime.profile import EngineProfile
 from fluidpd.runtime.streams import Stream
 from fluidpd.world.events import EventKind
@@ -253,7 +253,7 @@ class Coordinator:
 
 
 def _worker_json(w, backend) -> dict:
-    pid = worker_pid(backend)
+    pid = backend.pid
     return {
         "id": w.id,
         "role": w.role.value,
@@ -267,7 +267,9 @@ def _worker_json(w, backend) -> dict:
         "step_time_ewma_s": w.step_time_ewma_s,
         "steps": w.steps,
         "preemptions": w.preemptions,
-        "rss_bytes": rss_bytes(pid),  # resident memory of its process (in-process workers share this one's)
+        "rss_bytes": rss_bytes(pid)
+        if pid is not None
+        else 0,  # resident memory of its process (in-process workers share this one's)
         "own_process": pid is not None and pid != os.getpid(),
     }
 

@@ -57,6 +57,11 @@ class InProcessWorker:
         return None if self.service is None else self.service.engine
 
     @property
+    def pid(self) -> int | None:
+        """The process the engine runs in (this one), once started."""
+        return None if self.info is None else self.info.pid
+
+    @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and not self._closed
 
