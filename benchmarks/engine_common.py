@@ -37,20 +37,21 @@ def random_prompts(lengths: list[int], seed: int = 0) -> list[list[int]]:
     return [[rng.randint(100, 40000) for _ in range(n)] for n in lengths]
 
 
-_MODEL = {}
+_MODEL: dict[str, tuple] = {}
 
 
-def shared_model():
-    """SmolLM2 (GGUF, fp32) weights + tokenizer, loaded once per process."""
-    if "model" not in _MODEL:
-        _MODEL["model"] = load_model(EngineConfig())
-    return _MODEL["model"]
+def shared_model(quantization: str = "auto"):
+    """SmolLM2 (GGUF, fp32 activations) weights + tokenizer in one weight format, loaded once per process."""
+    if quantization not in _MODEL:
+        _MODEL[quantization] = load_model(EngineConfig(quantization=quantization))
+    return _MODEL[quantization]
 
 
-def engine(num_kv_blocks: int, **kw) -> LLMEngine:
-    """A SmolLM2 engine over the shared weights."""
-    model, tok = shared_model()
-    return LLMEngine(EngineConfig(num_kv_blocks=num_kv_blocks, **kw), model=model, tokenizer=tok)
+def engine(num_kv_blocks: int, quantization: str = "auto", **kw) -> LLMEngine:
+    """A SmolLM2 engine over the shared weights of `quantization`."""
+    model, tok = shared_model(quantization)
+    config = EngineConfig(num_kv_blocks=num_kv_blocks, quantization=quantization, **kw)
+    return LLMEngine(config, model=model, tokenizer=tok)
 
 
 def engine_decode_steps(eng: LLMEngine, prompts: list[list[int]], steps: int) -> list[float]:

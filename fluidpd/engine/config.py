@@ -19,6 +19,7 @@ DTYPES = {  # accepted spelling -> torch dtype name (torch is imported only to b
     "fp16": "float16",
 }
 LOAD_FORMATS = ("auto", "gguf", "safetensors", "dummy")  # "auto" + fluidpd.engine.loaders.LOADERS
+QUANTIZATIONS = ("none", "fp16", "int8")  # fluidpd.engine.linear.LINEARS (not imported: it imports torch)
 MiB = 1 << 20
 
 
@@ -40,6 +41,13 @@ class EngineConfig:
     load_format: str = knob("auto", "how to read --model (auto: by its file name)", choices=LOAD_FORMATS)
     dtype: str = knob("auto", "model and KV dtype (auto: float32 on cpu, bfloat16 on cuda)", choices=("auto", *DTYPES))
     device: str = knob("cpu", "torch device (cpu, cuda, cuda:N)")
+    quantization: str = knob(
+        "auto",
+        "weight format of the linear layers: none (the model dtype, the reference), fp16 (fp16 weights), "
+        "int8 (per-channel int8 weights, per-token int8 activations); fp16 and int8 run on the CPU in "
+        "float32 (auto: fp16 there, none elsewhere)",
+        choices=("auto", *QUANTIZATIONS),
+    )
     tokenizer: str | None = knob(
         None, "tokenizer source: a .gguf, a directory, or 'smollm2' (default: the model's own)"
     )
@@ -69,6 +77,13 @@ class EngineConfig:
             raise ValueError(f"bad device {self.device!r}: {exc}") from None
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
+        if self.quantization != "auto" and self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be 'auto' or one of {QUANTIZATIONS}, got {self.quantization!r}")
+        if self.quantization not in ("auto", "none") and (dev.type != "cpu" or self.torch_dtype != torch.float32):
+            raise ValueError(
+                f"quantization {self.quantization!r} runs on the CPU in float32 (fbgemm); "
+                f"got device {self.device!r}, dtype {self.dtype!r}"
+            )
         _positive("block_size", self.block_size)
         _positive("max_num_seqs", self.max_num_seqs)
         _positive("max_num_batched_tokens", self.max_num_batched_tokens)
@@ -95,6 +110,13 @@ class EngineConfig:
         if self.dtype == "auto":
             return torch.bfloat16 if self.torch_device.type == "cuda" else torch.float32
         return getattr(torch, DTYPES[self.dtype])
+
+    @property
+    def weight_format(self) -> str:
+        """`quantization` with auto resolved: fp16 for float32 on the CPU, none otherwise."""
+        if self.quantization != "auto":
+            return self.quantization
+        return "fp16" if self.torch_device.type == "cpu" and self.dtype in ("auto", "float32", "fp32") else "none"
 
     def arena_layout(self, block_bytes: int) -> tuple[int, int]:
         """(initial KV blocks, total arena bytes) for blocks of `block_bytes` bytes."""

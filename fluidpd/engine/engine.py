@@ -96,7 +96,7 @@ def load_model(config: EngineConfig, checkpoint: Checkpoint | None = None) -> tu
         config.model, config.load_format, config.torch_dtype, config.seed, config.model_overrides
     )
     max_len = config.max_model_len or min(ckpt.config.max_position_embeddings, MAX_DEFAULT_LEN)
-    model = LlamaModel(ckpt, config.torch_dtype, config.torch_device, max_positions=max_len)
+    model = LlamaModel(ckpt, config.torch_dtype, config.torch_device, max_len, config.weight_format)
     src = smollm2_gguf() if config.tokenizer == "smollm2" else config.tokenizer
     if src:
         tok = Tokenizer.load(src)
@@ -152,6 +152,8 @@ class LLMEngine:
             raise ValueError(
                 f"shared model is {model.dtype} on {model.device}, config wants {c.torch_dtype} on {c.torch_device}"
             )
+        if model.quantization != c.weight_format:
+            raise ValueError(f"shared model's quantization is {model.quantization!r}, config wants {c.weight_format!r}")
         if c.max_model_len and c.max_model_len > model.max_positions:
             raise ValueError(f"max_model_len {c.max_model_len} exceeds the shared model's {model.max_positions}")
 

@@ -4,20 +4,20 @@ One forward runs a flattened mixed batch: every token of every prefill chunk and
 token goes through the dense layers together ([num_tokens, hidden]); attention splits the rows
 into prefill segments (one SDPA each, causal over earlier context read from the block table)
 and decode groups (one padded SDPA per group of similar context length).
-Weights are fused at load (q|k|v and gate|up) to keep the per-layer op count small, and stored
-transposed ([in, out], row-major): on CPU, `x @ W` then streams the weight at the memory
-bandwidth for any small batch, where `F.linear(x, W)` (MKL with a transposed operand) drops
-to half of it from 4 rows up.
+Weights are fused at load (q|k|v and gate|up) to keep the per-layer op count small; each
+linear layer is built by the weight format `quantization` names (fluidpd.engine.linear).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from fluidpd.engine.arena import KVArena
+from fluidpd.engine.linear import LINEARS, Linear
 from fluidpd.engine.loaders.checkpoint import Checkpoint
 from fluidpd.engine.model_config import ModelConfig
 from fluidpd.engine.rope import rope_inv_freq
@@ -57,47 +57,46 @@ class AttentionMetadata:
 class DecoderLayer:
     """RMSNorm -> GQA attention with RoPE -> residual -> RMSNorm -> SwiGLU -> residual."""
 
-    def __init__(self, cfg: ModelConfig, w: dict[str, torch.Tensor], prefix: str) -> None:
+    def __init__(
+        self, cfg: ModelConfig, w: dict[str, torch.Tensor], prefix: str, linear: Callable[..., Linear]
+    ) -> None:
         g = lambda name: w.pop(prefix + name)
         self.input_norm = g("input_layernorm.weight")
         self.post_norm = g("post_attention_layernorm.weight")
-        self.qkv = _t(
-            torch.cat([g("self_attn.q_proj.weight"), g("self_attn.k_proj.weight"), g("self_attn.v_proj.weight")])
-        )
+        qkv = torch.cat([g("self_attn.q_proj.weight"), g("self_attn.k_proj.weight"), g("self_attn.v_proj.weight")])
         biases = [w.pop(prefix + f"self_attn.{p}_proj.bias", None) for p in "qkv"]
-        self.qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None
-        self.o = _t(g("self_attn.o_proj.weight"))
-        self.o_bias = w.pop(prefix + "self_attn.o_proj.bias", None)
-        self.gate_up = _t(torch.cat([g("mlp.gate_proj.weight"), g("mlp.up_proj.weight")]))
-        self.down = _t(g("mlp.down_proj.weight"))
+        self.qkv = linear(qkv, torch.cat(biases) if all(b is not None for b in biases) else None)
+        self.o = linear(g("self_attn.o_proj.weight"), w.pop(prefix + "self_attn.o_proj.bias", None))
+        self.gate_up = linear(torch.cat([g("mlp.gate_proj.weight"), g("mlp.up_proj.weight")]))
+        self.down = linear(g("mlp.down_proj.weight"))
         self.h, self.kv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.eps, self.hidden = cfg.rms_norm_eps, (cfg.hidden_size,)
         self.qk_dim = (self.h + self.kv) * self.d
 
-    def tensors(self) -> list[torch.Tensor]:
-        ts = [self.input_norm, self.post_norm, self.qkv, self.o, self.gate_up, self.down]
-        return ts + [t for t in (self.qkv_bias, self.o_bias) if t is not None]
+    def nbytes(self) -> int:
+        norms = sum(t.numel() * t.element_size() for t in (self.input_norm, self.post_norm))
+        return norms + sum(lin.nbytes for lin in (self.qkv, self.o, self.gate_up, self.down))
 
     def to(self, device: torch.device) -> None:
-        for name, t in vars(self).items():
-            if isinstance(t, torch.Tensor):
-                setattr(self, name, t.to(device))
+        self.input_norm, self.post_norm = self.input_norm.to(device), self.post_norm.to(device)
+        for lin in (self.qkv, self.o, self.gate_up, self.down):
+            lin.to(device)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata, arena: KVArena, layer: int
     ) -> torch.Tensor:
         n = x.shape[0]
         y = F.rms_norm(x, self.hidden, self.input_norm, self.eps)
-        qkv = _mm(y, self.qkv, self.qkv_bias)
+        qkv = self.qkv(y)
         qk = rope(qkv[:, : self.qk_dim].view(n, self.h + self.kv, self.d), cos, sin)
         v = qkv[:, self.qk_dim :].view(n, self.kv, self.d)
         a = self.attention(qk[:, : self.h], qk[:, self.h :], v, meta, arena, layer)
-        x.add_(_mm(a, self.o, self.o_bias))
+        x.add_(self.o(a))
         y = F.rms_norm(x, self.hidden, self.post_norm, self.eps)
-        gu = torch.mm(y, self.gate_up)
+        gu = self.gate_up(y)
         i = gu.shape[1] // 2
         act = F.silu(gu[:, :i]).mul_(gu[:, i:])
-        return x.add_(torch.mm(act, self.down))
+        return x.add_(self.down(act))
 
     def attention(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, arena: KVArena, layer: int
@@ -164,14 +163,6 @@ class DecoderLayer:
         return k_dst, v_dst, kk.transpose(1, 2), vv.transpose(1, 2)
 
 
-def _t(w: torch.Tensor) -> torch.Tensor:
-    return w.t().contiguous()
-
-
-def _mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.mm(x, w) if bias is None else torch.addmm(bias, x, w)
-
-
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding, half-split convention (HF rotate_half); x [N, heads, D], cos/sin [N, 1, D/2]."""
     half = x.shape[-1] // 2
@@ -186,9 +177,17 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 class LlamaModel:
     """Weights + forward. Shared read-only by any number of engines in one process."""
 
-    def __init__(self, ckpt: Checkpoint, dtype: torch.dtype, device: torch.device | str, max_positions: int) -> None:
+    def __init__(
+        self,
+        ckpt: Checkpoint,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        max_positions: int,
+        quantization: str = "none",
+    ) -> None:
         cfg = self.config = ckpt.config
-        self.dtype, self.device = dtype, torch.device(device)
+        self.dtype, self.device, self.quantization = dtype, torch.device(device), quantization
+        linear = LINEARS.get(quantization)
         w = dict(ckpt.tensors)  # popped as packed; the checkpoint itself stays intact for its owner
         _check_names(cfg, w)
         for k in w:
@@ -197,9 +196,9 @@ class LlamaModel:
         self.norm = w.pop("model.norm.weight")
         lm_head = w.pop("lm_head.weight", None)
         tied = cfg.tie_word_embeddings or lm_head is None
-        self.lm_head = _t(embed if tied else lm_head)  # [hidden, vocab]
+        self.lm_head = linear(embed if tied else lm_head, lookups=tied)
         self.embed = None if tied else embed  # tied: rows are read from lm_head
-        self.layers = [DecoderLayer(cfg, w, f"model.layers.{i}.") for i in range(cfg.num_layers)]
+        self.layers = [DecoderLayer(cfg, w, f"model.layers.{i}.", linear) for i in range(cfg.num_layers)]
         w.clear()
         inv = rope_inv_freq(cfg, ckpt.rope_freqs)
         freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv[None, :]
@@ -208,7 +207,8 @@ class LlamaModel:
 
     def to(self, device: torch.device) -> None:
         self.embed = None if self.embed is None else self.embed.to(device)
-        self.norm, self.lm_head = self.norm.to(device), self.lm_head.to(device)
+        self.norm = self.norm.to(device)
+        self.lm_head.to(device)
         self.cos, self.sin = self.cos.to(device), self.sin.to(device)
         for layer in self.layers:
             layer.to(device)
@@ -219,9 +219,9 @@ class LlamaModel:
 
     def weight_bytes(self) -> int:
         """Bytes of weights a decode step streams (tied embedding counted once)."""
-        ts = [self.norm, self.lm_head] + ([] if self.embed is None else [self.embed])
-        ts += [t for layer in self.layers for t in layer.tensors()]
-        return sum(t.numel() * t.element_size() for t in ts)
+        ts = [self.norm] + ([] if self.embed is None else [self.embed])
+        own = sum(t.numel() * t.element_size() for t in ts) + self.lm_head.nbytes
+        return own + sum(layer.nbytes() for layer in self.layers)
 
     @torch.inference_mode()
     def forward(
@@ -238,12 +238,12 @@ class LlamaModel:
         for i, layer in enumerate(self.layers):
             x = layer.forward(x, cos, sin, meta, arena, i)
         x = F.rms_norm(x[logits_rows], (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
-        return torch.mm(x, self.lm_head).float()
+        return self.lm_head(x).float()
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.embed is not None:
             return F.embedding(input_ids, self.embed)
-        return self.lm_head.index_select(1, input_ids).t().contiguous()
+        return self.lm_head.rows(input_ids).to(self.dtype)
 
 
 def _check_names(cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:

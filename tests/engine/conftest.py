@@ -16,8 +16,8 @@ from fluidpd.engine import EngineConfig, LLMEngine, SamplingParams, load_model  
 
 @pytest.fixture(scope="session")
 def smol():
-    """(model, tokenizer) of SmolLM2-135M-Instruct (GGUF, fp32), loaded once."""
-    return load_model(EngineConfig())
+    """(model, tokenizer) of SmolLM2-135M-Instruct (GGUF, fp32, unquantised: the reference path), loaded once."""
+    return load_model(EngineConfig(quantization="none"))
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,7 @@ def make_engine(smol):
     model, tok = smol
 
     def make(**kw) -> LLMEngine:
-        return LLMEngine(EngineConfig(**kw), model=model, tokenizer=tok)
+        return LLMEngine(EngineConfig(**{"quantization": "none", **kw}), model=model, tokenizer=tok)
 
     return make
 

@@ -85,7 +85,7 @@ def _save_checkpoint(path, cfg: ModelConfig, tensors) -> None:
 
 
 def _engine(path, **kw) -> LLMEngine:
-    return LLMEngine(EngineConfig(model=str(path), num_kv_blocks=32, **kw))
+    return LLMEngine(EngineConfig(model=str(path), num_kv_blocks=32, **{"quantization": "none", **kw}))
 
 
 IDS = [5, 17, 3, 88, 41, 9, 60, 2, 33, 71, 14, 26, 50, 8, 90, 1, 45, 19, 77, 30]
@@ -160,7 +160,7 @@ def test_bf16_runs_and_tracks_fp32(tmp_path):
     _save_checkpoint(tmp_path / "ckpt", cfg, random_tensors(cfg, torch.float32, seed=4))
     f32 = _engine(tmp_path / "ckpt").prompt_logits(IDS)
     eng = _engine(tmp_path / "ckpt", dtype="bfloat16")
-    assert eng.arena.buffer.dtype == torch.bfloat16 and eng.model.lm_head.dtype == torch.bfloat16
+    assert eng.arena.buffer.dtype == torch.bfloat16 and eng.model.lm_head.weight.dtype == torch.bfloat16
     bf = eng.prompt_logits(IDS, [10, 1, 1, 8])
     assert bf.dtype == torch.float32
     scale = f32.abs().max().item()  # each is within its own dtype's bound of the exact logits

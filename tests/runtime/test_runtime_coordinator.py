@@ -96,13 +96,19 @@ def test_forced_fluidrole_switch_under_load_loses_no_token(reference):
     coord = coordinator("fluidpd", 3, tbt_slo_s=0.5)
 
     async def switch(c):
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.05)
+        assert c.cluster_state()["outstanding"] > 0  # the switch starts under load
         c.force_role(1, "prefill")
         with pytest.raises(ValueError):
             c.force_role(1, "colocated")
+        for _ in range(600):  # the streams go on meanwhile
+            ts = c.cluster_state()["transitions"]
+            if ts and ts[0]["done"]:
+                break
+            await asyncio.sleep(0.05)
 
-    results = asyncio.run(serve(coord, ids * 2, max_tokens=12, hook=switch))
-    assert [t for t, _ in results] == expected * 2
+    results = asyncio.run(serve(coord, ids * 4, max_tokens=12, hook=switch))
+    assert [t for t, _ in results] == expected * 4
     (t,) = serve.last_state["transitions"]
     assert t["done"] and t["to"] == "prefill" and set(t["durations_s"]) == {"drain", "remap", "dispatch", "route"}
     assert serve.last_state["workers"][1]["role"] == "prefill"
