@@ -14,9 +14,9 @@ import torch
 torch.set_num_threads(1)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from fluidpd.core.memory import rss_bytes  # noqa: E402
 from fluidpd.engine import EngineConfig, LLMEngine, SamplingParams, StepPlan, load_model  # noqa: E402
 from fluidpd.engine.loaders import smollm2_gguf  # noqa: E402
-from fluidpd.runtime.memory import rss_bytes  # noqa: E402
 
 
 def median(xs) -> float:

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from runtime_common import CONFIG, coordinator
 from tqdm import tqdm
 
+from fluidpd.core.memory import rss_bytes
 from fluidpd.engine.engine import LLMEngine, load_model
-from fluidpd.runtime.memory import rss_bytes
 from fluidpd.runtime.process import stage_weights
 from fluidpd.runtime.profile import profile_engine
 from fluidpd.server import BackgroundServer, build_app

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fluidpd.core.memory import trim_heap
 from fluidpd.engine.arena import KVArena
 from fluidpd.engine.block_manager import BlockManager, NoFreeBlocksError
 from fluidpd.engine.config import EngineConfig
@@ -104,6 +105,8 @@ def load_model(config: EngineConfig, checkpoint: Checkpoint | None = None) -> tu
         tok = ckpt.tokenizer
     else:
         tok = Tokenizer.load(ckpt.tokenizer_source) if ckpt.tokenizer_source else None
+    del ckpt
+    trim_heap()
     return model, tok
 
 

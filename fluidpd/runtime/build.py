@@ -55,9 +55,9 @@ def build_coordinator(
     inside the serving event loop). `model_name`: the name clients use (default: `config.model`)."""
     import torch
 
+    from fluidpd.core.memory import rss_bytes
     from fluidpd.engine.engine import LLMEngine, load_model
     from fluidpd.runtime.backend import make_worker, start_workers
-    from fluidpd.runtime.memory import rss_bytes
     from fluidpd.runtime.profile import profile_engine
 
     log = log or _stderr

@@ -11,6 +11,7 @@ import itertools
 import os
 from dataclasses import replace
 
+from fluidpd.core.memory import rss_bytes
 from fluidpd.core.metrics import MetricsCollector
 from fluidpd.core.request import Request
 from fluidpd.policy.costs import CostModel, batched_prefill_time
@@ -23,7 +24,6 @@ from fluidpd.runtime.api import Conflict, GenerationRequest, Overloaded, Unavail
 from fluidpd.runtime.clock import RealtimeLoop
 from fluidpd.runtime.cluster import Live, RuntimeCluster
 from fluidpd.runtime.config import RuntimeConfig
-from fluidpd.runtime.memory import rss_bytes
 from fluidpd.runtime.profile import EngineProfile
 from fluidpd.runtime.streams import Stream
 from fluidpd.world.events import EventKind
