@@ -116,7 +116,9 @@ class EngineConfig:
         """`quantization` with auto resolved: fp16 for float32 on the CPU, none otherwise."""
         if self.quantization != "auto":
             return self.quantization
-        return "fp16" if self.torch_device.type == "cpu" and self.dtype in ("auto", "float32", "fp32") else "none"
+        import torch
+
+        return "fp16" if self.torch_device.type == "cpu" and self.torch_dtype == torch.float32 else "none"
 
     def arena_layout(self, block_bytes: int) -> tuple[int, int]:
         """(initial KV blocks, total arena bytes) for blocks of `block_bytes` bytes."""

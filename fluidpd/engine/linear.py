@@ -64,7 +64,7 @@ class DenseLinear:
 
     @property
     def nbytes(self) -> int:
-        return _nbytes(self.weight, self.bias)
+        return tensor_bytes(self.weight, self.bias)
 
     def to(self, device: torch.device) -> DenseLinear:
         self.weight = self.weight.to(device)
@@ -75,14 +75,29 @@ class DenseLinear:
         return self.weight.index_select(1, ids).t().contiguous()
 
 
+class _CpuPacked:
+    """An fbgemm-packed layer: it lives on the CPU, so `to` only checks the device."""
+
+    kind = ""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        _cpu_only(self.kind, weight.device)
+        self.out_features, self.in_features = weight.shape
+
+    def to(self, device: torch.device) -> _CpuPacked:
+        _cpu_only(self.kind, torch.device(device))
+        return self
+
+
 @LINEARS.register("int8")
-class Int8Linear:
+class Int8Linear(_CpuPacked):
     """Per-channel int8 weights, per-token int8 activations, fbgemm's int32-accumulating GEMM."""
 
+    kind = "int8"
+
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, lookups: bool = False) -> None:
-        _cpu_only("int8", weight)
+        super().__init__(weight)
         w = weight.float()
-        self.out_features, self.in_features = w.shape
         self.scale = (w.abs().amax(1) / 127).clamp_min(1e-12)
         q = torch.round(w / self.scale[:, None]).clamp_(-127, 127).to(torch.int8)
         with warnings.catch_warnings():  # quantized tensors are deprecated as a user API; fbgemm still packs them
@@ -104,11 +119,7 @@ class Int8Linear:
 
     @property
     def nbytes(self) -> int:
-        return self.out_features * self.in_features + _nbytes(self.scale, self.bias)
-
-    def to(self, device: torch.device) -> Int8Linear:
-        _cpu_only("int8", torch.empty(0, device=device))
-        return self
+        return self.out_features * self.in_features + tensor_bytes(self.scale, self.bias)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         if self.q is None:
@@ -117,12 +128,13 @@ class Int8Linear:
 
 
 @LINEARS.register("fp16")
-class Fp16Linear:
+class Fp16Linear(_CpuPacked):
     """fp16 weights, fp32 activations and accumulation (fbgemm)."""
 
+    kind = "fp16"
+
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, lookups: bool = False) -> None:
-        _cpu_only("fp16", weight)
-        self.out_features, self.in_features = weight.shape
+        super().__init__(weight)
         self.table = weight.half() if lookups else None
         self.packed = torch.ops.quantized.linear_prepack_fp16(weight.float(), None if bias is None else bias.float())
         self.has_bias = bias is not None
@@ -135,20 +147,17 @@ class Fp16Linear:
         bias = 4 * self.out_features if self.has_bias else 0
         return 2 * self.out_features * self.in_features + bias
 
-    def to(self, device: torch.device) -> Fp16Linear:
-        _cpu_only("fp16", torch.empty(0, device=device))
-        return self
-
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         if self.table is None:
             raise ValueError("built without lookups=True")
         return self.table.index_select(0, ids).float()
 
 
-def _cpu_only(kind: str, t: torch.Tensor) -> None:
-    if t.device.type != "cpu":
-        raise ValueError(f"--quantization {kind} runs on the CPU (fbgemm); use 'none' on {t.device.type}")
+def _cpu_only(kind: str, device: torch.device) -> None:
+    if device.type != "cpu":
+        raise ValueError(f"--quantization {kind} runs on the CPU (fbgemm); use 'none' on {device.type}")
 
 
-def _nbytes(*ts: torch.Tensor | None) -> int:
+def tensor_bytes(*ts: torch.Tensor | None) -> int:
+    """Bytes held by the given tensors (None skipped)."""
     return sum(t.numel() * t.element_size() for t in ts if t is not None)

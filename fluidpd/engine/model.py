@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from fluidpd.engine.arena import KVArena
-from fluidpd.engine.linear import LINEARS, Linear
+from fluidpd.engine.linear import LINEARS, Linear, tensor_bytes
 from fluidpd.engine.loaders.checkpoint import Checkpoint
 from fluidpd.engine.model_config import ModelConfig
 from fluidpd.engine.rope import rope_inv_freq
@@ -74,8 +74,8 @@ class DecoderLayer:
         self.qk_dim = (self.h + self.kv) * self.d
 
     def nbytes(self) -> int:
-        norms = sum(t.numel() * t.element_size() for t in (self.input_norm, self.post_norm))
-        return norms + sum(lin.nbytes for lin in (self.qkv, self.o, self.gate_up, self.down))
+        linears = sum(lin.nbytes for lin in (self.qkv, self.o, self.gate_up, self.down))
+        return tensor_bytes(self.input_norm, self.post_norm) + linears
 
     def to(self, device: torch.device) -> None:
         self.input_norm, self.post_norm = self.input_norm.to(device), self.post_norm.to(device)
@@ -219,8 +219,7 @@ class LlamaModel:
 
     def weight_bytes(self) -> int:
         """Bytes of weights a decode step streams (tied embedding counted once)."""
-        ts = [self.norm] + ([] if self.embed is None else [self.embed])
-        own = sum(t.numel() * t.element_size() for t in ts) + self.lm_head.nbytes
+        own = tensor_bytes(self.norm, self.embed) + self.lm_head.nbytes
         return own + sum(layer.nbytes() for layer in self.layers)
 
     @torch.inference_mode()

@@ -9,6 +9,7 @@ import torch
 from engine_testdata import MAX_TOKENS, PROMPTS
 
 from fluidpd.engine import EngineConfig, LLMEngine, SamplingParams, load_model
+from fluidpd.engine.config import QUANTIZATIONS
 from fluidpd.engine.linear import LINEARS
 
 # The stated tolerances (README, "Quantised weights"); measured on HELD below: fp16 max |dlogit|
@@ -54,6 +55,7 @@ def test_auto_is_fp16_for_float32_on_cpu_and_none_otherwise():
         EngineConfig(quantization="int8", dtype="bfloat16")
     with pytest.raises(ValueError, match="quantization must be"):
         EngineConfig(quantization="q3")
+    assert set(QUANTIZATIONS) == set(LINEARS.names())  # the config's list is the registry's
 
 
 def test_quantised_weights_stream_fewer_bytes(models):
