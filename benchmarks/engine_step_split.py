@@ -27,7 +27,15 @@ from fluidpd.engine.sampling import SamplingParams
 
 BUCKETS = {
     "GEMM": ("aten::mm", "aten::addmm", "quantized::linear"),
-    "attention": ("scaled_dot_product", "flash_attention", "aten::bmm", "aten::baddbmm", "softmax", "aten::_efficient"),
+    "attention": (
+        "fluidpd::paged_decode_attention",
+        "scaled_dot_product",
+        "flash_attention",
+        "aten::bmm",
+        "aten::baddbmm",
+        "softmax",
+        "aten::_efficient",
+    ),
     "KV copies": ("aten::index_select", "aten::index_put", "aten::copy_", "aten::cat", "aten::clone", "aten::gather"),
 }
 

@@ -20,6 +20,7 @@ DTYPES = {  # accepted spelling -> torch dtype name (torch is imported only to b
 }
 LOAD_FORMATS = ("auto", "gguf", "safetensors", "dummy")  # "auto" + fluidpd.engine.loaders.LOADERS
 QUANTIZATIONS = ("none", "fp16", "int8")  # fluidpd.engine.linear.LINEARS (not imported: it imports torch)
+ATTENTIONS = ("paged", "gather")  # decode attention: fluidpd.engine.paged_attention, or page gathers + SDPA
 MiB = 1 << 20
 
 
@@ -47,6 +48,13 @@ class EngineConfig:
         "int8 (per-channel int8 weights, per-token int8 activations); fp16 and int8 run on the CPU in "
         "float32 (auto: fp16 there, none elsewhere)",
         choices=("auto", *QUANTIZATIONS),
+    )
+    attention: str = knob(
+        "auto",
+        "decode attention: paged (a C kernel reads each row's K/V pages in place; CPU float32, built with "
+        "the machine's C compiler) or gather (pages copied into scratch, then SDPA); auto: paged where it "
+        "builds, else gather",
+        choices=("auto", *ATTENTIONS),
     )
     tokenizer: str | None = knob(
         None, "tokenizer source: a .gguf, a directory, or 'smollm2' (default: the model's own)"
@@ -83,6 +91,12 @@ class EngineConfig:
             raise ValueError(
                 f"quantization {self.quantization!r} runs on the CPU in float32 (fbgemm); "
                 f"got device {self.device!r}, dtype {self.dtype!r}"
+            )
+        if self.attention != "auto" and self.attention not in ATTENTIONS:
+            raise ValueError(f"attention must be 'auto' or one of {ATTENTIONS}, got {self.attention!r}")
+        if self.attention == "paged" and (dev.type != "cpu" or self.torch_dtype != torch.float32):
+            raise ValueError(
+                f"attention 'paged' runs on the CPU in float32; got device {self.device!r}, dtype {self.dtype!r}"
             )
         _positive("block_size", self.block_size)
         _positive("max_num_seqs", self.max_num_seqs)

@@ -97,7 +97,7 @@ def load_model(config: EngineConfig, checkpoint: Checkpoint | None = None) -> tu
         config.model, config.load_format, config.torch_dtype, config.seed, config.model_overrides
     )
     max_len = config.max_model_len or min(ckpt.config.max_position_embeddings, MAX_DEFAULT_LEN)
-    model = LlamaModel(ckpt, config.torch_dtype, config.torch_device, max_len, config.weight_format)
+    model = LlamaModel(ckpt, config.torch_dtype, config.torch_device, max_len, config.weight_format, config.attention)
     src = smollm2_gguf() if config.tokenizer == "smollm2" else config.tokenizer
     if src:
         tok = Tokenizer.load(src)
@@ -157,6 +157,8 @@ class LLMEngine:
             )
         if model.quantization != c.weight_format:
             raise ValueError(f"shared model's quantization is {model.quantization!r}, config wants {c.weight_format!r}")
+        if c.attention != "auto" and model.attention != c.attention:
+            raise ValueError(f"shared model's decode attention is {model.attention!r}, config wants {c.attention!r}")
         if c.max_model_len and c.max_model_len > model.max_positions:
             raise ValueError(f"max_model_len {c.max_model_len} exceeds the shared model's {model.max_positions}")
 

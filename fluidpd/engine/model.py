@@ -3,13 +3,16 @@
 One forward runs a flattened mixed batch: every token of every prefill chunk and every decode
 token goes through the dense layers together ([num_tokens, hidden]); attention splits the rows
 into prefill segments (one SDPA each, causal over earlier context read from the block table)
-and decode groups (one padded SDPA per group of similar context length).
+and decodes: on the CPU in float32 one C kernel call per layer reads every decode row's K/V pages
+in place (fluidpd.engine.paged_attention); elsewhere, or with `attention="gather"`, decode groups
+(pages of similar-length contexts gathered into scratch, one padded SDPA per group).
 Weights are fused at load (q|k|v and gate|up) to keep the per-layer op count small; each
 linear layer is built by the weight format `quantization` names (fluidpd.engine.linear).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,9 +20,12 @@ import torch
 import torch.nn.functional as F
 
 from fluidpd.engine.arena import KVArena
+from fluidpd.engine.config import ATTENTIONS
+from fluidpd.engine.kernels import KernelUnavailable
 from fluidpd.engine.linear import LINEARS, Linear, tensor_bytes
 from fluidpd.engine.loaders.checkpoint import Checkpoint
 from fluidpd.engine.model_config import ModelConfig
+from fluidpd.engine.paged_attention import PagedDecodeAttention, PagedDecodes
 from fluidpd.engine.rope import rope_inv_freq
 
 
@@ -52,13 +58,19 @@ class AttentionMetadata:
     slot_offsets: torch.Tensor  # [N] offset inside that block
     prefills: list[PrefillSegment] = field(default_factory=list)
     decodes: list[DecodeGroup] = field(default_factory=list)
+    paged: PagedDecodes | None = None  # every decode row, when the model has the paged kernel
 
 
 class DecoderLayer:
     """RMSNorm -> GQA attention with RoPE -> residual -> RMSNorm -> SwiGLU -> residual."""
 
     def __init__(
-        self, cfg: ModelConfig, w: dict[str, torch.Tensor], prefix: str, linear: Callable[..., Linear]
+        self,
+        cfg: ModelConfig,
+        w: dict[str, torch.Tensor],
+        prefix: str,
+        linear: Callable[..., Linear],
+        paged: PagedDecodeAttention | None = None,
     ) -> None:
         g = lambda name: w.pop(prefix + name)
         self.input_norm = g("input_layernorm.weight")
@@ -72,6 +84,7 @@ class DecoderLayer:
         self.h, self.kv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.eps, self.hidden = cfg.rms_norm_eps, (cfg.hidden_size,)
         self.qk_dim = (self.h + self.kv) * self.d
+        self.paged = paged
 
     def nbytes(self) -> int:
         linears = sum(lin.nbytes for lin in (self.qkv, self.o, self.gate_up, self.down))
@@ -106,7 +119,7 @@ class DecoderLayer:
         kc.index_put_((meta.slot_blocks, meta.slot_offsets), k)
         vc.index_put_((meta.slot_blocks, meta.slot_offsets), v)
         n, hd = q.shape[0], self.h * self.d
-        parts = len(meta.prefills) + len(meta.decodes)
+        parts = len(meta.prefills) + len(meta.decodes) + (meta.paged is not None)
         out = None if parts == 1 else q.new_empty(n, hd)
         for seg in meta.prefills:
             o = self._prefill(q, k, v, seg, kc, vc, arena)
@@ -118,6 +131,12 @@ class DecoderLayer:
             if out is None:
                 return o
             out[grp.start : grp.end] = o
+        if (rows := meta.paged) is not None:
+            assert self.paged is not None, "paged decode rows for a model without the paged kernel"
+            o = self.paged(q[rows.start : rows.end], kc, vc, rows)
+            if out is None:
+                return o
+            out[rows.start : rows.end] = o
         return out
 
     def _prefill(self, q, k, v, seg: PrefillSegment, kc, vc, arena: KVArena) -> torch.Tensor:
@@ -184,9 +203,12 @@ class LlamaModel:
         device: torch.device | str,
         max_positions: int,
         quantization: str = "none",
+        attention: str = "auto",
     ) -> None:
         cfg = self.config = ckpt.config
         self.dtype, self.device, self.quantization = dtype, torch.device(device), quantization
+        self.paged = _paged_kernel(cfg, dtype, self.device, attention)
+        self.attention = "gather" if self.paged is None else "paged"
         linear = LINEARS.get(quantization)
         w = dict(ckpt.tensors)  # popped as packed; the checkpoint itself stays intact for its owner
         _check_names(cfg, w)
@@ -198,7 +220,7 @@ class LlamaModel:
         tied = cfg.tie_word_embeddings or lm_head is None
         self.lm_head = linear(embed if tied else lm_head, lookups=tied)
         self.embed = None if tied else embed  # tied: rows are read from lm_head
-        self.layers = [DecoderLayer(cfg, w, f"model.layers.{i}.", linear) for i in range(cfg.num_layers)]
+        self.layers = [DecoderLayer(cfg, w, f"model.layers.{i}.", linear, self.paged) for i in range(cfg.num_layers)]
         w.clear()
         inv = rope_inv_freq(cfg, ckpt.rope_freqs)
         freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv[None, :]
@@ -243,6 +265,27 @@ class LlamaModel:
         if self.embed is not None:
             return F.embedding(input_ids, self.embed)
         return self.lm_head.rows(input_ids).to(self.dtype)
+
+
+def _paged_kernel(
+    cfg: ModelConfig, dtype: torch.dtype, device: torch.device, attention: str
+) -> PagedDecodeAttention | None:
+    """The paged decode kernel for `attention` ('paged': required; 'auto': where it builds; 'gather': none)."""
+    if attention != "auto" and attention not in ATTENTIONS:
+        raise ValueError(f"attention must be 'auto' or one of {ATTENTIONS}, got {attention!r}")
+    if attention == "gather":
+        return None
+    if device.type != "cpu" or dtype != torch.float32:
+        if attention == "paged":
+            raise ValueError(f"paged attention runs on the CPU in float32, not {dtype} on {device}")
+        return None
+    try:
+        return PagedDecodeAttention(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    except KernelUnavailable as exc:
+        if attention == "paged":
+            raise ValueError(f"paged attention unavailable: {exc}") from None
+        warnings.warn(f"decode attention falls back to page gathers: {exc}", RuntimeWarning, stacklevel=3)
+        return None
 
 
 def _check_names(cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:

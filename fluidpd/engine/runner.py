@@ -6,6 +6,7 @@ import torch
 
 from fluidpd.engine.arena import KVArena
 from fluidpd.engine.model import AttentionMetadata, DecodeGroup, LlamaModel, PrefillSegment
+from fluidpd.engine.paged_attention import PagedDecodes
 from fluidpd.engine.sequence import Sequence
 
 # Decodes are attended in groups of similar context length. A group costs one gather + one SDPA
@@ -51,7 +52,9 @@ class ModelRunner:
             meta.prefills.append(self._prefill_segment(seq, row, n))
             row_of[id(seq)] = row + n - 1
         decodes = [s for s, _ in single]
-        groups = [decodes] if self.one_group and decodes else _group_decodes(decodes, self.group_max_tokens)
+        paged = self.model.paged is not None  # one kernel call over all decode rows: no groups, no padding
+        one = paged or self.one_group
+        groups = [decodes] if one and decodes else _group_decodes(decodes, self.group_max_tokens)
         for group in groups:
             row = len(tokens)
             for seq in group:
@@ -60,7 +63,10 @@ class ModelRunner:
                 tokens.append(seq.token_ids[p])
                 positions.append(p)
                 blocks.append(seq.block_table[p // bs])
-            meta.decodes.append(self._decode_group(group, row))
+            if paged:
+                meta.paged = self._paged_decodes(group, row)
+            else:
+                meta.decodes.append(self._decode_group(group, row))
         pos = torch.tensor(positions, dtype=torch.long)
         meta.slot_blocks = torch.tensor(blocks, dtype=torch.long, device=dev)
         meta.slot_offsets = (pos % bs).to(dev)
@@ -77,6 +83,16 @@ class ModelRunner:
         keys = torch.arange(nb * self.block_size, device=self.device)
         allowed = keys[None, :] <= torch.arange(start, start + n, device=self.device)[:, None]
         return PrefillSegment(row, row + n, start, ids, self._additive(allowed))
+
+    def _paged_decodes(self, seqs: list[Sequence], row: int) -> PagedDecodes:
+        ctx = [s.num_computed + 1 for s in seqs]
+        nb = -(-max(ctx) // self.block_size)
+        table = torch.zeros(len(seqs), nb, dtype=torch.int32)
+        for i, s in enumerate(seqs):
+            t = s.block_table[: -(-ctx[i] // self.block_size)]
+            table[i, : len(t)] = torch.tensor(t, dtype=torch.int32)
+        scores = torch.empty(self.model.config.num_heads * max(ctx), dtype=torch.float32)
+        return PagedDecodes(row, row + len(seqs), table, torch.tensor(ctx, dtype=torch.int32), scores)
 
     def _decode_group(self, seqs: list[Sequence], row: int) -> DecodeGroup:
         ctx = [s.num_computed + 1 for s in seqs]

@@ -68,7 +68,10 @@ def build_coordinator(
         raise ValueError(f"serving needs a tokenizer: {config.model} has none (pass --tokenizer)")
     probe = LLMEngine(config, model=model, tokenizer=tokenizer)
     max_len, why = serving_max_model_len(probe, runtime, config.max_model_len)
-    log(f"loaded {config.model} in {time.perf_counter() - t0:.1f} s; max_model_len {max_len}: {why}")
+    log(
+        f"loaded {config.model} in {time.perf_counter() - t0:.1f} s ({model.quantization} weights, "
+        f"{model.attention} decode attention); max_model_len {max_len}: {why}"
+    )
     if profile is None:
         log("profiling step times ...")
         profile = profile_engine(probe)
