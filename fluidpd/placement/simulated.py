@@ -15,6 +15,7 @@ import numpy as np
 
 from fluidpd.core.metrics import Slo
 from fluidpd.latency.config import LatencyConfig
+from fluidpd.latency.profiled import latency_model
 from fluidpd.latency.roofline import RooflineModel
 from fluidpd.policy.view import Role
 from fluidpd.sim.config import SimConfig
@@ -166,5 +167,5 @@ class SimulatedGoodput:
     def _roofline(self, tp: int, pp: int) -> RooflineModel:
         key = ("roofline", tp, pp)
         if key not in self._cache:
-            self._cache[key] = RooflineModel(self.model, self.hw, tp=tp, pp=pp, config=self.latency)
+            self._cache[key] = latency_model(self.model, self.hw, tp=tp, pp=pp, config=self.latency)
         return self._cache[key]

@@ -55,6 +55,9 @@ class SimCluster(World):
         self.hold_first_token = config.hold_first_token
         self.rng = np.random.default_rng(config.seed)
         self._jitter_sigma = math.sqrt(math.log1p(config.step_jitter_cv**2))
+        self._contended = max(*config.contention_decode, *config.contention_prefill) != 1.0 or (
+            len(config.contention_decode) + len(config.contention_prefill) > 2
+        )
         self._progress = None
 
     def active(self) -> bool:
@@ -87,6 +90,9 @@ class SimCluster(World):
 
     def execute(self, w: WorkerState, plan: StepPlan, shape: StepShape) -> None:
         duration = self.step_times[w.id](shape)
+        if self._contended:
+            busy = sum(x.busy for x in self.workers)
+            duration *= self.config.contention(shape.prefill_tokens == 0, busy)
         if self._jitter_sigma:
             duration *= float(self.rng.lognormal(-0.5 * self._jitter_sigma**2, self._jitter_sigma))
         self.loop.at(self.loop.now + duration, EventKind.STEP_END, self._step_done, (w, plan, duration))

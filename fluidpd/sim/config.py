@@ -28,6 +28,10 @@ class SimConfig:
     remap_s: float = 0.015  # FluidRole phase 2 (the seed: 10-25 ms)
     dispatch_s: float = 0.020  # FluidRole phase 3 (the seed: 15-30 ms)
     route_s: float = 0.002  # FluidRole phase 4 (the seed: sub-5 ms)
+    # step slowdown while k workers run steps at once (index k-1; beyond: grows with k), by step
+    # kind; a host profile fills them (workers sharing CPU cores), GPUs keep 1
+    contention_decode: tuple[float, ...] = (1.0,)
+    contention_prefill: tuple[float, ...] = (1.0,)
 
     def __post_init__(self) -> None:
         if self.n_workers < 1 or self.tp < 1 or self.gpus_per_node < 1:
@@ -44,9 +48,20 @@ class SimConfig:
             raise ValueError("prefill_kv_fraction must be in (0, 1]")
         if min(self.remap_s, self.dispatch_s, self.route_s) < 0:
             raise ValueError("phase durations must be >= 0")
+        if not self.contention_decode or not self.contention_prefill:
+            raise ValueError("contention factors need at least the k = 1 entry")
+        if min(*self.contention_decode, *self.contention_prefill) <= 0:
+            raise ValueError("contention factors must be > 0")
 
     def phase_s(self, phase: str) -> float:
         return {"remap": self.remap_s, "dispatch": self.dispatch_s, "route": self.route_s}[phase]
+
+    def contention(self, decode_only: bool, busy: int) -> float:
+        """Slowdown of a step that starts while `busy` workers (itself included) run steps."""
+        f = self.contention_decode if decode_only else self.contention_prefill
+        if busy <= len(f):
+            return f[max(busy, 1) - 1]
+        return f[-1] * busy / len(f)
 
     def node_of(self, worker: int) -> int:
         return worker * self.tp // self.gpus_per_node

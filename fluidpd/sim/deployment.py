@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from fluidpd.core.metrics import MetricsCollector, Slo
 from fluidpd.latency.config import LatencyConfig
+from fluidpd.latency.profiled import ProfiledModel, latency_model
 from fluidpd.latency.roofline import RooflineModel
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.costs import CostModel
@@ -95,7 +96,7 @@ def simulate_deployment(
     sim = replace(sim or SimConfig(), n_workers=len(lanes))
     models: dict[tuple[int, int], RooflineModel] = {}
     for g, _, _ in lanes:
-        models.setdefault((g.tp, g.pp), RooflineModel(model, hw, tp=g.tp, pp=g.pp, config=latency))
+        models.setdefault((g.tp, g.pp), latency_model(model, hw, tp=g.tp, pp=g.pp, config=latency))
     scratch = 1.0 - sim.gpu_memory_utilization + sim.scratch_fraction
     kv = [models[g.tp, g.pp].kv_blocks(sim.block_size, scratch) // g.pp for g, _, _ in lanes]
     prefill = [g for g, _, _ in lanes if g.role is Role.PREFILL]
@@ -115,6 +116,8 @@ def simulate_deployment(
         )
     pol = make_policy(policy_name, cfg, fluid, costs)
     network = Network(NetworkConfig(intra_node_bw=hw.nvlink_bw_unidir, inter_node_bw=hw.internode_bw))
+    if isinstance(first, ProfiledModel):  # a profiled host: its contention, jitter and remap time
+        sim = first.sim_config(sim)
     cluster = SimCluster(
         trace,
         pol,

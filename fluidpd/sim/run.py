@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from fluidpd.core.metrics import MetricsCollector, Slo
 from fluidpd.latency.config import LatencyConfig
 from fluidpd.latency.fit import fit_attention_pair_time, fit_chunk_time, fit_prefill_time
+from fluidpd.latency.profiled import ProfiledModel, latency_model
 from fluidpd.latency.roofline import RooflineModel
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.costs import CostModel
@@ -34,7 +35,12 @@ class Setup:
     fluid: FluidConfig = field(default_factory=FluidConfig)
 
     def roofline(self) -> RooflineModel:
-        return RooflineModel(self.model, self.hardware, tp=self.sim.tp, config=self.latency)
+        """The step-time model: the host profile's fit where the hardware has one, else the roofline."""
+        return latency_model(self.model, self.hardware, tp=self.sim.tp, config=self.latency)
+
+    def sim_config(self, roofline: RooflineModel) -> SimConfig:
+        """The cluster config, with a profiled host's contention, jitter and remap time filled in."""
+        return roofline.sim_config(self.sim) if isinstance(roofline, ProfiledModel) else self.sim
 
     def kv_blocks(self, roofline: RooflineModel) -> int:
         s = self.sim
@@ -98,7 +104,7 @@ def simulate(
         setup.kv_blocks(roofline),
         setup.network(),
         metrics,
-        setup.sim,
+        setup.sim_config(roofline),
     )
     return run_cluster(cluster, policy_name, progress, before_run)
 

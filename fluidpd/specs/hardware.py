@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from types import MappingProxyType
 
 from fluidpd.core.registry import Registry
@@ -45,6 +48,40 @@ class HardwareSpec:
         return self.flops(dtype) / self.mem_bw
 
 
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+@cache
+def shipped_profile(name: str) -> dict | None:
+    """The host profile shipped for `name` (`fluidpd profile`'s JSON in specs/profiles/), or None."""
+    path = PROFILE_DIR / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def profiled_hardware(name: str, profile: dict) -> HardwareSpec:
+    """A host's spec from its profile, in achieved (not datasheet) figures: compute = the best
+    prefill's GEMM FLOP/s, bandwidth = weights streamed by a batch-1 decode step, memory = the
+    host's RAM, links = the measured KV hand-off bandwidth between worker processes (one host:
+    the same figure stands for both links)."""
+    m, steps = profile["model"], profile["steps"]
+    flops = max(
+        2 * m["matmul_params"] * p["shape"]["prefill_tokens"] / p["seconds"]
+        for p in steps
+        if p["kind"] == "prefill" and p["shape"]["prefill_kv_read"] == 0
+    )
+    b1 = min(p["seconds"] for p in steps if p["kind"] == "decode" and p["shape"]["decode_tokens"] == 1)
+    kv = profile["kv_transfer"]["bandwidth_Bps"]
+    return HardwareSpec(
+        name,
+        {"fp32": flops, "bf16": flops, "fp16": flops},
+        mem_bytes=profile["host"]["mem_bytes"],
+        mem_bw=m["weight_bytes"] / b1,
+        nvlink_bw=2 * kv,  # bidirectional, as the GPU entries: one direction is the hand-off
+        internode_bw=kv,
+        measured=True,
+    )
+
+
 _H100_FLOPS = {"fp32": 494.5e12, "bf16": 989e12, "fp16": 989e12, "fp8": 1979e12}  # fp32 = TF32 dense
 
 HARDWARE: Registry[HardwareSpec] = Registry("hardware")
@@ -52,19 +89,11 @@ for _h in (
     HardwareSpec("h100", _H100_FLOPS, 80e9, 3.35e12, 900e9),  # H100 SXM5
     HardwareSpec("h200", _H100_FLOPS, 141e9, 4.8e12, 900e9),  # same die as H100, HBM3e
     HardwareSpec("a100-80g", {"fp32": 156e12, "bf16": 312e12, "fp16": 312e12}, 80e9, 2.039e12, 600e9),
-    # Nominal numbers for a few CPU cores so the small real engine has a spec to run against;
-    # measured=False until a calibration run replaces them with measurements of this host.
-    HardwareSpec(
-        "cpu-host",
-        {"fp32": 2e11, "bf16": 2e11, "fp16": 2e11},
-        mem_bytes=64e9,
-        mem_bw=2e10,
-        nvlink_bw=1e10,  # stands for an intra-host memcpy between workers
-        internode_bw=1.25e9,
-        measured=False,
-    ),
 ):
     HARDWARE.add(_h.name, _h)
+for _name in ("cpu-host",):  # hosts measured by `fluidpd profile` (profiles/<name>.json)
+    if (_p := shipped_profile(_name)) is not None:
+        HARDWARE.add(_name, profiled_hardware(_name, _p))
 HARDWARE_NAMES: tuple[str, ...] = HARDWARE.names()
 
 

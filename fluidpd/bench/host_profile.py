@@ -1,0 +1,386 @@
+"""`fluidpd profile`: the real engine measured on this host, for the simulator's profiled latency model.
+
+Each step point is the median of `repeats` timed `run_step` calls, recorded with its step shape
+(the fields of `fluidpd.latency.shape.StepShape`):
+
+  prefill   one chunk of c tokens after p tokens of earlier context
+  decode    b sequences of n tokens of context each (b * n <= max_decode_tokens)
+  mixed     a chunk of c fresh tokens fused into a decode step of b sequences
+
+Then: step-time jitter (one decode step repeated: p50, p99, p99.9; delta_guard = 1.5 x the p99.9
+excess), KV hand-off bandwidth (export, shared-memory transport, import into a second engine),
+FluidRole's remap (`resize_kv` shrinking and growing around live KV), and contention: a decode
+and a prefill step timed while k = 1..workers worker processes run them at once.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import platform
+import random
+import statistics
+import time
+from dataclasses import asdict, dataclass, replace
+
+from fluidpd.core.knobs import knob
+
+PROFILE_VERSION = 1
+
+
+@dataclass
+class ProfileConfig:
+    """What `fluidpd profile` measures, and how often."""
+
+    workers: int = knob(4, "contention: time steps while 1..N worker processes are busy at once")
+    repeats: int = knob(5, "timed steps per point (their median is the point)")
+    chunks: tuple[int, ...] = (8, 32, 128, 256, 512, 1024, 2048)
+    priors: tuple[int, ...] = (0, 512, 1536)
+    batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    contexts: tuple[int, ...] = (64, 256, 1024, 2048)
+    max_decode_tokens: int = knob(8192, "largest decode batch x context profiled")
+    mixed_chunks: tuple[int, ...] = (32, 128, 512)
+    mixed_batches: tuple[int, ...] = (1, 8)  # decode batches the mixed chunks join ...
+    mixed_context: int = 256  # ... at this context (one of `contexts`)
+    jitter_steps: int = knob(300, "repeats of one decode step for the jitter percentiles")
+    contention_s: float = knob(3.0, "seconds each contention level runs")
+    transfer_tokens: tuple[int, ...] = (256, 1024, 4096)
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.repeats < 1 or self.jitter_steps < 10 or self.contention_s <= 0:
+            raise ValueError("workers and repeats must be >= 1, jitter_steps >= 10, contention_s > 0")
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+class _Bench:
+    """One engine on this process's thread, with helpers that build and time steps."""
+
+    def __init__(self, engine, seed: int) -> None:
+        self.engine = engine
+        self.rng = random.Random(seed)
+        self._n = 0
+
+    def request(self, prompt_len: int, computed: int) -> str:
+        """A request of `prompt_len` random tokens whose first `computed` are prefilled (in chunks
+        of at most 2048); with computed == prompt_len it has sampled its first token and decodes."""
+        from fluidpd.engine.plan import PrefillChunk, StepPlan
+        from fluidpd.engine.sampling import SamplingParams
+
+        self._n += 1
+        ids = [self.rng.randint(100, 40000) for _ in range(prompt_len)]
+        rid = self.engine.add_request(ids, SamplingParams(max_tokens=1 << 20, ignore_eos=True), f"profile-{self._n}")
+        done = 0
+        while done < computed:
+            c = min(2048, computed - done)
+            self.engine.run_step(StepPlan(prefills=[PrefillChunk(rid, c)]))
+            done += c
+        return rid
+
+    def ctx_sum(self, rids: list[str]) -> int:
+        """KV tokens a decode step of `rids` attends to."""
+        return sum(self.engine.request(r).num_computed + 1 for r in rids)
+
+    def timed(self, plan) -> float:
+        t0 = time.perf_counter()
+        self.engine.run_step(plan)
+        return time.perf_counter() - t0
+
+    def abort(self, rids) -> None:
+        for r in rids:
+            self.engine.abort(r)
+
+
+def _shape(**kw) -> dict:
+    base = dict(
+        prefill_tokens=0, prefill_seqs=0, prefill_attn_pairs=0.0, prefill_kv_read=0, decode_tokens=0, decode_ctx=0
+    )
+    base.update(kw)
+    return base
+
+
+def _chunk_shape(c: int, prior: int, **kw) -> dict:
+    return _shape(
+        prefill_tokens=c, prefill_seqs=1, prefill_attn_pairs=c * prior + c * (c + 1) / 2, prefill_kv_read=prior, **kw
+    )
+
+
+def measure_steps(bench: _Bench, cfg: ProfileConfig, advance) -> list[dict]:
+    """Prefill, decode and mixed step points: {kind, shape, seconds, samples}."""
+    from fluidpd.engine.plan import PrefillChunk, StepPlan
+
+    points = []
+    limit = bench.engine.max_model_len - 2
+
+    def point(kind: str, shape: dict, ts: list[float]) -> None:
+        points.append({"kind": kind, "shape": shape, "seconds": _median(ts), "samples": ts})
+
+    for prior in cfg.priors:
+        for c in (c for c in cfg.chunks if prior + c <= limit):
+            ts = []
+            for _ in range(cfg.repeats):
+                rid = bench.request(prior + c, prior)
+                ts.append(bench.timed(StepPlan(prefills=[PrefillChunk(rid, c)])))
+                bench.abort([rid])
+            point("prefill", _chunk_shape(c, prior), ts)
+            advance()
+    for n in (n for n in cfg.contexts if n <= limit):
+        for b in (b for b in cfg.batches if b * n <= cfg.max_decode_tokens):
+            rids = [bench.request(n - 1, n - 1) for _ in range(b)]
+            plan = StepPlan(decodes=list(rids))
+            bench.timed(plan)  # warm
+            ts, ctx = [], []
+            for _ in range(cfg.repeats):
+                ctx.append(bench.ctx_sum(rids))
+                ts.append(bench.timed(plan))
+            point("decode", _shape(decode_tokens=b, decode_ctx=int(_median(ctx))), ts)
+            if n == cfg.mixed_context and b in cfg.mixed_batches:
+                for c in cfg.mixed_chunks:
+                    ts, ctx = [], []
+                    for _ in range(cfg.repeats):
+                        r = bench.request(c, 0)
+                        ctx.append(bench.ctx_sum(rids))
+                        ts.append(bench.timed(StepPlan(prefills=[PrefillChunk(r, c)], decodes=list(rids))))
+                        bench.abort([r])
+                    point("mixed", _chunk_shape(c, 0, decode_tokens=b, decode_ctx=int(_median(ctx))), ts)
+            bench.abort(rids)
+            advance()
+    return points
+
+
+def measure_jitter(bench: _Bench, steps: int, batch: int = 4, ctx: int = 256) -> dict:
+    """One decode step repeated: its percentiles, and delta_guard = 1.5 x (p99.9 - p50)."""
+    from fluidpd.engine.plan import StepPlan
+
+    rids = [bench.request(ctx - 1, ctx - 1) for _ in range(batch)]
+    plan = StepPlan(decodes=list(rids))
+    ts = [bench.timed(plan) for _ in range(steps)]
+    bench.abort(rids)
+    p50, p99, p999 = _median(ts), _quantile(ts, 0.99), _quantile(ts, 0.999)
+    return {
+        "batch": batch,
+        "ctx": ctx,
+        "steps": steps,
+        "p50_s": p50,
+        "p99_s": p99,
+        "p999_s": p999,
+        "delta_guard_s": 1.5 * (p999 - p50),
+    }
+
+
+def measure_transfer(bench: _Bench, other, tokens: tuple[int, ...], repeats: int) -> dict:
+    """KV hand-off of requests of `tokens` tokens between two engines: export, the shared-memory
+    transport's send and receive, import; fitted as latency + bytes / bandwidth."""
+    import numpy as np
+
+    from fluidpd.runtime.transport import get_transport
+
+    shm = get_transport("shm")
+    kv_tokens = bench.engine.blocks.num_blocks * bench.engine.config.block_size
+    points = []
+    for n in (n for n in tokens if n + 16 < min(kv_tokens, bench.engine.max_model_len)):
+        rid = bench.request(n, n)
+        src, dst, ts, nbytes = bench.engine, other, [], 0
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            payload = src.export_kv(rid)
+            handle = shm.send(payload)
+            try:
+                dst.import_kv(shm.receive(handle))
+            finally:
+                shm.release(handle)
+            ts.append(time.perf_counter() - t0)
+            nbytes = payload.nbytes
+            src, dst = dst, src
+        src.abort(rid)
+        points.append({"tokens": n, "bytes": nbytes, "seconds": _median(ts)})
+    if len(points) < 2:
+        raise ValueError("KV transfer needs two request sizes that fit the engine's KV")
+    slope, intercept = np.polyfit([p["bytes"] for p in points], [p["seconds"] for p in points], 1)
+    return {"points": points, "bandwidth_Bps": 1.0 / max(slope, 1e-15), "latency_s": max(0.0, float(intercept))}
+
+
+def measure_remap(bench: _Bench, repeats: int, live: int = 4, ctx: int = 512) -> dict:
+    """FluidRole's memory remap: `resize_kv` shrinking to half the blocks (moving live KV) and back."""
+    eng = bench.engine
+    rids = [bench.request(ctx, ctx) for _ in range(live)]
+    full = eng.blocks.num_blocks
+    shrink, grow, moved = [], [], []
+    for _ in range(repeats):
+        r = eng.resize_kv(max(full // 2, eng.blocks.num_used + 1))
+        shrink.append(r.seconds)
+        moved.append(r.moved_blocks)
+        grow.append(eng.resize_kv(full).seconds)
+    bench.abort(rids)
+    return {"shrink_s": _median(shrink), "grow_s": _median(grow), "moved_blocks": int(_median(moved))}
+
+
+def _contention_child(config, conn) -> None:  # in a spawned process
+    import torch
+
+    from fluidpd.engine.engine import LLMEngine
+    from fluidpd.engine.plan import PrefillChunk, StepPlan
+
+    torch.set_num_threads(1)
+    bench = _Bench(LLMEngine(config), os.getpid())
+    decodes = [bench.request(255, 255) for _ in range(4)]
+    conn.send("ready")
+    while (msg := conn.recv()) != "stop":
+        kind, seconds = msg
+        ts, end = [], time.perf_counter() + seconds
+        while time.perf_counter() < end or len(ts) < 3:
+            if kind == "decode":
+                if bench.engine.blocks.num_free < len(decodes):  # contexts grew: start them again
+                    bench.abort(decodes)
+                    decodes = [bench.request(255, 255) for _ in range(4)]
+                ts.append(bench.timed(StepPlan(decodes=list(decodes))))
+            else:
+                r = bench.request(256, 0)
+                ts.append(bench.timed(StepPlan(prefills=[PrefillChunk(r, 256)])))
+                bench.abort([r])
+        conn.send(_median(ts))
+
+
+def measure_contention(engine_config, workers: int, seconds: float, advance) -> dict:
+    """Step time while k = 1..workers processes (one torch thread each) run the same step kind at
+    once, as slowdowns against k = 1: a decode step (4 x 256 tokens) and a 256-token prefill."""
+    ctx = mp.get_context("spawn")
+    pipes, procs = [], []
+    # room for 4 x 256 decoding tokens, their growth and a 256-token prefill, whatever the arena
+    engine_config = replace(engine_config, num_kv_blocks=max(engine_config.num_kv_blocks or 0, 256), arena_bytes=None)
+    try:
+        for _ in range(workers):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_contention_child, args=(engine_config, child), daemon=True)
+            proc.start()
+            pipes.append(parent)
+            procs.append(proc)
+        for pipe, proc in zip(pipes, procs):
+            try:
+                ready = pipe.poll(600) and pipe.recv() == "ready"
+            except EOFError:
+                ready = False
+            if not ready:
+                raise RuntimeError(f"contention worker (pid {proc.pid}) did not start: exit code {proc.exitcode}")
+        out: dict[str, list[float]] = {}
+        for kind in ("decode", "prefill"):
+            seconds_by_k = []
+            for k in range(1, workers + 1):
+                for pipe in pipes[:k]:
+                    pipe.send((kind, seconds))
+                try:
+                    seconds_by_k.append(_median([pipe.recv() for pipe in pipes[:k]]))
+                except EOFError:
+                    raise RuntimeError(f"a contention worker died while timing {kind} steps") from None
+                advance()
+            out[kind] = [t / seconds_by_k[0] for t in seconds_by_k]
+            out[f"{kind}_s"] = seconds_by_k
+        return out
+    finally:
+        for pipe in pipes:
+            try:
+                pipe.send("stop")
+            except OSError:
+                pass
+        for proc in procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+
+
+def measure_profile(engine_config, cfg: ProfileConfig, progress: bool = True) -> dict:
+    """Everything `fluidpd profile` writes, measured on this host (see the module docstring)."""
+    import torch
+    from tqdm import tqdm
+
+    from fluidpd.engine.engine import LLMEngine, load_model
+
+    torch.set_num_threads(1)
+    model, tok = load_model(engine_config)
+    serving = LLMEngine(engine_config, model=model, tokenizer=tok)  # the KV a served worker gets
+    need = -(-(cfg.max_decode_tokens + 2 * max(cfg.batches) + max(cfg.transfer_tokens)) // engine_config.block_size)
+    big = replace(engine_config, num_kv_blocks=max(need, serving.blocks.num_blocks), arena_bytes=None)
+    engine = LLMEngine(big, model=model, tokenizer=tok)
+    other = LLMEngine(big, model=model, tokenizer=tok)
+    bench = _Bench(engine, 0)
+    spec = spec_of(model.config)
+    facts = {
+        "spec": None if spec is None else spec.name,
+        "matmul_params": _matmul_params(model.config),
+        "weight_bytes": model.weight_bytes(),
+        "weight_format": model.quantization,
+        "attention": model.attention,
+        "kv_bytes_per_token": engine.arena.block_bytes // engine_config.block_size,
+        "kv_blocks": serving.blocks.num_blocks,
+        "block_size": engine_config.block_size,
+        "max_model_len": engine.max_model_len,
+    }
+    n_points = len(cfg.priors) * len(cfg.chunks) + len(cfg.contexts) * len(cfg.batches)
+    with tqdm(total=n_points + 2 * cfg.workers + 3, desc="profile", disable=not progress) as bar:
+        t0 = time.perf_counter()
+        steps = measure_steps(bench, cfg, bar.update)
+        jitter = measure_jitter(bench, cfg.jitter_steps)
+        bar.update()
+        transfer = measure_transfer(bench, other, cfg.transfer_tokens, cfg.repeats)
+        bar.update()
+        remap = measure_remap(bench, cfg.repeats)
+        bar.update()
+        del engine, other, bench, model, serving
+        contention = measure_contention(engine_config, cfg.workers, cfg.contention_s, bar.update)
+    return {
+        "version": PROFILE_VERSION,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "host": {
+            "cpu": _cpu_name(),
+            "cores": os.cpu_count(),
+            "mem_bytes": _mem_bytes(),
+            "platform": platform.platform(),
+        },
+        "engine": asdict(engine_config),
+        "model": facts,
+        "config": asdict(cfg),
+        "measure_s": time.perf_counter() - t0,
+        "steps": steps,
+        "jitter": jitter,
+        "kv_transfer": transfer,
+        "fluidrole": remap,
+        "contention": contention,
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
+
+
+def spec_of(mc):
+    """The catalogue ModelSpec (fluidpd.specs.models) with this engine model's shape, or None."""
+    from fluidpd.specs.models import MODELS
+
+    key = (mc.num_layers, mc.hidden_size, mc.num_heads, mc.num_kv_heads, mc.intermediate_size, mc.vocab_size)
+    for name in MODELS:
+        m = MODELS.get(name)
+        if (m.n_layers, m.hidden, m.n_heads, m.n_kv_heads, m.intermediate, m.vocab) == key:
+            return m
+    return None
+
+
+def _matmul_params(mc) -> int:
+    """Weights multiplied per token (projections of every layer and the LM head)."""
+    d = mc.head_dim
+    attn = mc.hidden_size * (mc.num_heads + 2 * mc.num_kv_heads) * d + mc.num_heads * d * mc.hidden_size
+    return mc.num_layers * (attn + 3 * mc.hidden_size * mc.intermediate_size) + mc.vocab_size * mc.hidden_size
+
+
+def _mem_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

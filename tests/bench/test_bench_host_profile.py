@@ -1,0 +1,66 @@
+"""`fluidpd profile` on a small grid: every part of the profile is measured and the fit reads it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fluidpd.bench.host_profile import ProfileConfig, measure_profile, spec_of
+from fluidpd.engine.config import EngineConfig
+from fluidpd.latency.profiled import fit_steps
+
+
+@pytest.mark.slow
+def test_small_profile_measures_every_part():
+    cfg = ProfileConfig(
+        workers=2,
+        repeats=2,
+        chunks=(8, 64, 256),
+        priors=(0, 128),
+        batches=(1, 4),
+        contexts=(64, 256),
+        mixed_chunks=(32,),
+        mixed_batches=(1, 4),
+        jitter_steps=20,
+        contention_s=0.3,
+        transfer_tokens=(64, 256),
+    )
+    p = measure_profile(EngineConfig(model="smollm2", load_format="dummy", num_kv_blocks=64), cfg, progress=False)
+    kinds = [s["kind"] for s in p["steps"]]
+    assert kinds.count("prefill") == 6 and kinds.count("decode") == 4 and kinds.count("mixed") == 2
+    assert all(s["seconds"] > 0 and len(s["samples"]) == 2 for s in p["steps"])
+    prior = next(s for s in p["steps"] if s["shape"]["prefill_kv_read"] == 128 and s["shape"]["prefill_tokens"] == 64)
+    assert prior["shape"]["prefill_attn_pairs"] == 64 * 128 + 64 * 65 / 2
+    decode = next(s for s in p["steps"] if s["kind"] == "decode" and s["shape"]["decode_tokens"] == 4)
+    assert decode["shape"]["decode_ctx"] >= 4 * 64
+    assert p["model"]["spec"] == "smollm2-135m" and p["model"]["kv_blocks"] == 64
+    assert p["jitter"]["p999_s"] >= p["jitter"]["p50_s"] > 0
+    assert p["kv_transfer"]["bandwidth_Bps"] > 1e7 and len(p["kv_transfer"]["points"]) == 2
+    assert p["fluidrole"]["shrink_s"] > 0
+    c = p["contention"]
+    assert c["decode"][0] == 1.0 and len(c["decode"]) == len(c["prefill"]) == 2
+    fit = fit_steps(p["steps"])
+    assert fit.mean_rel_error < 0.2
+    json.dumps(p)  # the file `fluidpd profile` writes
+
+
+def test_spec_of_maps_engine_shapes_to_the_catalogue():
+    from fluidpd.engine.loaders import load_checkpoint
+
+    assert spec_of(load_checkpoint("smollm2", "dummy").config).name == "smollm2-135m"
+    other = load_checkpoint("smollm2", "dummy", overrides={"num_hidden_layers": 3}).config
+    assert spec_of(other) is None
+
+
+def test_profile_cli_rejects_bad_flags(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "fluidpd.cli", "profile", "--workers", "0", "--out", str(tmp_path / "p.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2 and "workers" in run.stderr
+    assert not (tmp_path / "p.json").exists()
