@@ -17,10 +17,9 @@ import sys
 from pathlib import Path
 
 from fluidpd.bench.host_profile import ProfileConfig
+from fluidpd.cli.serve import ENGINE_FLAGS_SKIP
 from fluidpd.core.knobs import add_flags, flag_values
 from fluidpd.engine.config import EngineConfig
-
-ENGINE_FLAGS_SKIP = ("seed",)
 
 
 def register(sub) -> None:
