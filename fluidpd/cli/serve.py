@@ -13,6 +13,7 @@ import argparse
 import sys
 import time
 
+from fluidpd.cli.serve_placement import add_placement_flags, placed_runtime
 from fluidpd.core.knobs import add_flags, flag_values
 from fluidpd.engine.config import EngineConfig
 from fluidpd.policy.base import PolicyConfig
@@ -35,6 +36,7 @@ def register(sub) -> None:
     add_flags(p, PolicyConfig)
     add_flags(p, FluidConfig)
     add_flags(p, ServeConfig)
+    add_placement_flags(p)
     p.set_defaults(func=run)
 
 
@@ -54,6 +56,9 @@ def configs(args: argparse.Namespace) -> tuple[EngineConfig, RuntimeConfig, Serv
 
 def run(args: argparse.Namespace) -> int:
     engine, runtime, serve = configs(args)
+    runtime, why = placed_runtime(args, engine, runtime)
+    if why:
+        _say(why)
     try:
         import uvicorn
 
