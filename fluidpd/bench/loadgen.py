@@ -247,6 +247,14 @@ async def replay(
 
 def summarize(results: list[BenchResult], slo: Slo, policy: str) -> dict:
     """The `fluidpd simulate` row for these results (failed requests count as misses)."""
+    mc = collect(results, slo)
+    row = {"policy": policy, **mc.summary(len(results))}
+    row["failed"] = mc.rejected
+    return row
+
+
+def collect(results: list[BenchResult], slo: Slo) -> MetricsCollector:
+    """The results as the simulator's metrics (TTFT per request, every gap); failed ones as rejected."""
     mc = MetricsCollector(slo)
     failed = 0
     for r in results:
@@ -262,9 +270,7 @@ def summarize(results: list[BenchResult], slo: Slo, policy: str) -> dict:
             req.add_gap(b - a, slo.tbt_s)
         mc.on_finish(req)
     mc.rejected = failed
-    row = {"policy": policy, **mc.summary(len(results))}
-    row["failed"] = failed
-    return row
+    return mc
 
 
 def error_counts(results: list[BenchResult]) -> dict[str, int]:
