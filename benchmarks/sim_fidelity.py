@@ -112,7 +112,7 @@ def stats(mc, requests: int) -> dict:
         "ttft_mean": float(ttft.mean()),
         "ttft_p50": float(np.percentile(ttft, 50)),
         "ttft_p99": float(np.percentile(ttft, 99)),
-        "tbt_mean": mc.tbt.mean(),
+        "tbt_mean": mc.tbt.mean,
         "tbt_p50": mc.tbt.quantile(0.5),
         "tbt_p99": mc.tbt.quantile(0.99),
         "attainment": s["attainment"],
@@ -143,6 +143,9 @@ def main() -> None:
             port += 1
             print(f"{name} / {policy}: {len(trace)} requests through the server ...", file=sys.stderr, flush=True)
             real_mc, results, real_tr = real_run(trace, name, policy, port, args)
+            raw = [{"send_s": r.send_s, "prompt_len": r.prompt_len, "max_tokens": r.max_tokens, "token_s": r.token_s,
+                    "error": r.error} for r in results]  # fmt: skip
+            (args.out / f"real_{name}_{policy}.json").write_text(json.dumps(raw) + "\n")
             sim_mc, sim_tr = sim_run(sent_trace(results, name), policy, args)
             real, sim = stats(real_mc, len(results)), stats(sim_mc, len(results))
             rows.append({"trace": name, "policy": policy, "requests": len(results), "real": real, "sim": sim,
