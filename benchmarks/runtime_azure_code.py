@@ -38,6 +38,15 @@ def wait_healthy(url: str, proc, timeout_s: float = 600) -> None:
     raise TimeoutError("server did not become healthy")
 
 
+def stop_server(proc) -> None:
+    """Ctrl-C the server (graceful: workers stopped, shared memory freed); kill it after 60 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def run_policy(policy: str, port: int, args) -> dict:
     url = f"http://127.0.0.1:{port}"
     serve = [
@@ -90,11 +99,7 @@ def run_policy(policy: str, port: int, args) -> dict:
                 row = json.load(f)
             return row[0] if isinstance(row, list) else row
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_server(proc)
 
 
 def main() -> None:

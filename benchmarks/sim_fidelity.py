@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-from runtime_azure_code import wait_healthy
+from runtime_azure_code import stop_server, wait_healthy
 
 from fluidpd.bench.loadgen import BenchConfig, collect, run_bench
 from fluidpd.bench.plots import cdf_plot, sorted_cdf
@@ -74,11 +73,7 @@ def real_run(trace: Trace, name: str, policy: str, port: int, args):
             _, results = asyncio.run(run_bench(cfg))
             return collect(results, slo), results, transitions(url)
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_server(proc)
 
 
 def sent_trace(results, name: str) -> Trace:
