@@ -78,8 +78,31 @@ class StepFit:
     max_rel_error: float
     mean_rel_error: float
 
-    def __call__(self, shape: StepShape | dict) -> float:
-        return sum(c * f for c, f in zip(self.coeffs, _features(shape, list(self.knots))))
+    def __post_init__(self) -> None:  # the simulator calls the fit millions of times: precompute
+        n = len(self.knots)
+        object.__setattr__(self, "_dense", tuple(sum(self.coeffs[: i + 1]) for i in range(n)))
+
+    def __call__(self, s: StepShape | dict) -> float:
+        """The fitted step time (the features' dot product, computed directly)."""
+        if isinstance(s, dict):
+            s = StepShape(**s)
+        k, d = self.knots, self._dense  # type: ignore[attr-defined]
+        tok = s.prefill_tokens + s.decode_tokens
+        if tok > k[-1]:
+            dense = d[-1] + (d[-1] - d[-2]) * (tok - k[-1]) / (k[-1] - k[-2])
+        else:
+            x = math.log2(max(tok, 1))
+            i = min(int(x), len(k) - 2)
+            dense = d[i] + (d[i + 1] - d[i]) * (x - i)
+        row, chunk, pair, prior, ctx = self.coeffs[len(k) :]
+        return (
+            dense
+            + row * (s.prefill_seqs + s.decode_tokens)
+            + chunk * s.prefill_seqs
+            + pair * s.prefill_attn_pairs
+            + prior * s.prefill_kv_read
+            + ctx * s.decode_ctx
+        )
 
     def terms(self) -> dict[str, float]:
         n = len(self.knots)
