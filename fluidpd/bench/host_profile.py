@@ -23,6 +23,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 
+from fluidpd.core.cpu import cpu_name
 from fluidpd.core.knobs import knob
 
 PROFILE_VERSION = 1
@@ -338,7 +339,7 @@ def measure_profile(engine_config, cfg: ProfileConfig, progress: bool = True) ->
         "version": PROFILE_VERSION,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "host": {
-            "cpu": _cpu_name(),
+            "cpu": cpu_name(),
             "cores": os.cpu_count(),
             "mem_bytes": _mem_bytes(),
             "platform": platform.platform(),
@@ -353,14 +354,6 @@ def measure_profile(engine_config, cfg: ProfileConfig, progress: bool = True) ->
         "fluidrole": remap,
         "contention": contention,
     }
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        return platform.processor()
 
 
 def spec_of(mc):

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import torch
 
+from fluidpd.core.cpu import cpu_flags
 from fluidpd.core.registry import Registry
 
 
@@ -41,15 +42,7 @@ class Linear(Protocol):
 LINEARS: Registry[Callable[..., Linear]] = Registry("quantization")
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
-    except OSError:
-        return set()
-
-
-VNNI = bool(_cpu_flags() & {"avx512_vnni", "avx_vnni"})
+VNNI = bool(cpu_flags() & {"avx512_vnni", "avx_vnni"})
 
 
 @LINEARS.register("none")

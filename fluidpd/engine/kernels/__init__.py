@@ -18,6 +18,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from fluidpd.core.cpu import cpu_flags
+
 SOURCE_DIR = Path(__file__).parent
 CFLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared")
 
@@ -30,14 +32,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get("FLUIDPD_CACHE") or Path.home() / ".cache" / "fluidpd") / "kernels"
 
 
-def _cpu_key() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        return ""
-
-
 @functools.cache
 def load(name: str) -> ctypes.CDLL:
     """The compiled kernel library `name` (source `name`.c), built here on first use."""
@@ -46,7 +40,9 @@ def load(name: str) -> ctypes.CDLL:
     if cc is None:
         raise KernelUnavailable(f"no C compiler (cc, gcc or $CC) to build {src.name}")
     text = src.read_bytes()
-    key = hashlib.sha256(b"\0".join([text, " ".join(CFLAGS).encode(), cc.encode(), _cpu_key().encode()]))
+    key = hashlib.sha256(
+        b"\0".join([text, " ".join(CFLAGS).encode(), cc.encode(), " ".join(sorted(cpu_flags())).encode()])
+    )
     lib = cache_dir() / f"{name}-{key.hexdigest()[:16]}.so"
     if not lib.exists():
         lib.parent.mkdir(parents=True, exist_ok=True)
