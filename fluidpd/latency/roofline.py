@@ -155,6 +155,11 @@ class RooflineModel:
         per_token = self.model.kv_bytes_per_token * self.kv_share * self.tp  # replicated KV heads
         return int(free // per_token)
 
+    def sim_config(self, sim):
+        """`sim` (a SimConfig) with what this model knows of its hardware's runtime behaviour
+        (contention, step jitter, remap time): nothing for a datasheet roofline."""
+        return sim
+
     def kv_blocks(self, block_size: int = 16, scratch_fraction: float = 0.1, scratch_bytes: float = 0.0) -> int:
         """Paged-KV blocks of `block_size` tokens that fit (see capacity_kv_tokens)."""
         if block_size < 1:

@@ -55,9 +55,7 @@ class SimCluster(World):
         self.hold_first_token = config.hold_first_token
         self.rng = np.random.default_rng(config.seed)
         self._jitter_sigma = math.sqrt(math.log1p(config.step_jitter_cv**2))
-        self._contended = max(*config.contention_decode, *config.contention_prefill) != 1.0 or (
-            len(config.contention_decode) + len(config.contention_prefill) > 2
-        )
+        self._contended = (config.contention_decode, config.contention_prefill) != ((1.0,), (1.0,))
         self._progress = None
 
     def active(self) -> bool:

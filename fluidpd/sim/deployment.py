@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from fluidpd.core.metrics import MetricsCollector, Slo
 from fluidpd.latency.config import LatencyConfig
-from fluidpd.latency.profiled import ProfiledModel, latency_model
+from fluidpd.latency.profiled import latency_model
 from fluidpd.latency.roofline import RooflineModel
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.costs import CostModel
@@ -116,8 +116,7 @@ def simulate_deployment(
         )
     pol = make_policy(policy_name, cfg, fluid, costs)
     network = Network(NetworkConfig(intra_node_bw=hw.nvlink_bw_unidir, inter_node_bw=hw.internode_bw))
-    if isinstance(first, ProfiledModel):  # a profiled host: its contention, jitter and remap time
-        sim = first.sim_config(sim)
+    sim = first.sim_config(sim)  # a profiled host's contention, jitter and remap time
     cluster = SimCluster(
         trace,
         pol,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from fluidpd.core.metrics import MetricsCollector, Slo
 from fluidpd.latency.config import LatencyConfig
 from fluidpd.latency.fit import fit_attention_pair_time, fit_chunk_time, fit_prefill_time
-from fluidpd.latency.profiled import ProfiledModel, latency_model
+from fluidpd.latency.profiled import latency_model
 from fluidpd.latency.roofline import RooflineModel
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.costs import CostModel
@@ -37,10 +37,6 @@ class Setup:
     def roofline(self) -> RooflineModel:
         """The step-time model: the host profile's fit where the hardware has one, else the roofline."""
         return latency_model(self.model, self.hardware, tp=self.sim.tp, config=self.latency)
-
-    def sim_config(self, roofline: RooflineModel) -> SimConfig:
-        """The cluster config, with a profiled host's contention, jitter and remap time filled in."""
-        return roofline.sim_config(self.sim) if isinstance(roofline, ProfiledModel) else self.sim
 
     def kv_blocks(self, roofline: RooflineModel) -> int:
         s = self.sim
@@ -104,7 +100,7 @@ def simulate(
         setup.kv_blocks(roofline),
         setup.network(),
         metrics,
-        setup.sim_config(roofline),
+        roofline.sim_config(setup.sim),
     )
     return run_cluster(cluster, policy_name, progress, before_run)
 
