@@ -19,9 +19,9 @@ import multiprocessing as mp
 import os
 import platform
 import random
-import statistics
 import time
 from dataclasses import asdict, dataclass, replace
+from statistics import median
 
 from fluidpd.core.cpu import cpu_name
 from fluidpd.core.knobs import knob
@@ -50,10 +50,6 @@ class ProfileConfig:
     def __post_init__(self) -> None:
         if self.workers < 1 or self.repeats < 1 or self.jitter_steps < 10 or self.contention_s <= 0:
             raise ValueError("workers and repeats must be >= 1, jitter_steps >= 10, contention_s > 0")
-
-
-def _median(xs: list[float]) -> float:
-    return statistics.median(xs)
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -121,7 +117,7 @@ def measure_steps(bench: _Bench, cfg: ProfileConfig, advance) -> list[dict]:
     limit = bench.engine.max_model_len - 2
 
     def point(kind: str, shape: dict, ts: list[float]) -> None:
-        points.append({"kind": kind, "shape": shape, "seconds": _median(ts), "samples": ts})
+        points.append({"kind": kind, "shape": shape, "seconds": median(ts), "samples": ts})
 
     for prior in cfg.priors:
         for c in (c for c in cfg.chunks if prior + c <= limit):
@@ -141,7 +137,7 @@ def measure_steps(bench: _Bench, cfg: ProfileConfig, advance) -> list[dict]:
             for _ in range(cfg.repeats):
                 ctx.append(bench.ctx_sum(rids))
                 ts.append(bench.timed(plan))
-            point("decode", _shape(decode_tokens=b, decode_ctx=int(_median(ctx))), ts)
+            point("decode", _shape(decode_tokens=b, decode_ctx=int(median(ctx))), ts)
             if n == cfg.mixed_context and b in cfg.mixed_batches:
                 for c in cfg.mixed_chunks:
                     ts, ctx = [], []
@@ -150,7 +146,7 @@ def measure_steps(bench: _Bench, cfg: ProfileConfig, advance) -> list[dict]:
                         ctx.append(bench.ctx_sum(rids))
                         ts.append(bench.timed(StepPlan(prefills=[PrefillChunk(r, c)], decodes=list(rids))))
                         bench.abort([r])
-                    point("mixed", _chunk_shape(c, 0, decode_tokens=b, decode_ctx=int(_median(ctx))), ts)
+                    point("mixed", _chunk_shape(c, 0, decode_tokens=b, decode_ctx=int(median(ctx))), ts)
             bench.abort(rids)
             advance()
     return points
@@ -164,7 +160,7 @@ def measure_jitter(bench: _Bench, steps: int, batch: int = 4, ctx: int = 256) ->
     plan = StepPlan(decodes=list(rids))
     ts = [bench.timed(plan) for _ in range(steps)]
     bench.abort(rids)
-    p50, p99, p999 = _median(ts), _quantile(ts, 0.99), _quantile(ts, 0.999)
+    p50, p99, p999 = median(ts), _quantile(ts, 0.99), _quantile(ts, 0.999)
     return {
         "batch": batch,
         "ctx": ctx,
@@ -201,7 +197,7 @@ def measure_transfer(bench: _Bench, other, tokens: tuple[int, ...], repeats: int
             nbytes = payload.nbytes
             src, dst = dst, src
         src.abort(rid)
-        points.append({"tokens": n, "bytes": nbytes, "seconds": _median(ts)})
+        points.append({"tokens": n, "bytes": nbytes, "seconds": median(ts)})
     if len(points) < 2:
         raise ValueError("KV transfer needs two request sizes that fit the engine's KV")
     slope, intercept = np.polyfit([p["bytes"] for p in points], [p["seconds"] for p in points], 1)
@@ -220,7 +216,7 @@ def measure_remap(bench: _Bench, repeats: int, live: int = 4, ctx: int = 512) ->
         moved.append(r.moved_blocks)
         grow.append(eng.resize_kv(full).seconds)
     bench.abort(rids)
-    return {"shrink_s": _median(shrink), "grow_s": _median(grow), "moved_blocks": int(_median(moved))}
+    return {"shrink_s": median(shrink), "grow_s": median(grow), "moved_blocks": int(median(moved))}
 
 
 def _contention_child(config, conn) -> None:  # in a spawned process
@@ -246,7 +242,7 @@ def _contention_child(config, conn) -> None:  # in a spawned process
                 r = bench.request(256, 0)
                 ts.append(bench.timed(StepPlan(prefills=[PrefillChunk(r, 256)])))
                 bench.abort([r])
-        conn.send(_median(ts))
+        conn.send(median(ts))
 
 
 def measure_contention(engine_config, workers: int, seconds: float, advance) -> dict:
@@ -277,7 +273,7 @@ def measure_contention(engine_config, workers: int, seconds: float, advance) -> 
                 for pipe in pipes[:k]:
                     pipe.send((kind, seconds))
                 try:
-                    seconds_by_k.append(_median([pipe.recv() for pipe in pipes[:k]]))
+                    seconds_by_k.append(median([pipe.recv() for pipe in pipes[:k]]))
                 except EOFError:
                     raise RuntimeError(f"a contention worker died while timing {kind} steps") from None
                 advance()

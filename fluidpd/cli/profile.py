@@ -6,7 +6,7 @@
 Writes the step points (prefill by chunk and prior context, decode by batch and context, fused
 mixed steps), step-time jitter, KV hand-off bandwidth, FluidRole's remap time and contention
 between busy worker processes, then prints the step-time fit and its error on those points.
-`fluidpd/latency/profiles/cpu-host.json` is such a file; `--gpu cpu-host` reads it.
+`fluidpd/specs/profiles/cpu-host.json` is such a file; `--gpu cpu-host` reads it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ float32; elsewhere the model keeps the gather path.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,7 +27,7 @@ class PagedDecodes:
     tables: torch.Tensor  # [B, max_blocks] int32 block tables (padding never read)
     ctx_lens: torch.Tensor  # [B] int32: tokens each row attends to (its own included)
     scores: torch.Tensor  # float32 scratch for one row's scores: num_heads * max(ctx_lens)
-    max_ctx: int = 0  # max(ctx_lens), checked once here rather than per layer
+    max_ctx: int = field(init=False)  # max(ctx_lens), read once here rather than per layer
 
     def __post_init__(self) -> None:
         b, t, c = self.end - self.start, self.tables, self.ctx_lens

@@ -87,10 +87,8 @@ class ModelRunner:
     def _paged_decodes(self, seqs: list[Sequence], row: int) -> PagedDecodes:
         ctx = [s.num_computed + 1 for s in seqs]
         nb = -(-max(ctx) // self.block_size)
-        table = torch.zeros(len(seqs), nb, dtype=torch.int32)
-        for i, s in enumerate(seqs):
-            t = s.block_table[: -(-ctx[i] // self.block_size)]
-            table[i, : len(t)] = torch.tensor(t, dtype=torch.int32)
+        rows = [s.block_table[:nb] + [0] * (nb - len(s.block_table[:nb])) for s in seqs]  # padding never read
+        table = torch.tensor(rows, dtype=torch.int32)
         scores = torch.empty(self.model.config.num_heads * max(ctx), dtype=torch.float32)
         return PagedDecodes(row, row + len(seqs), table, torch.tensor(ctx, dtype=torch.int32), scores)
 

@@ -4,10 +4,11 @@
  * token t lie in block tables[b * max_blocks + t / block_size] at offset t % block_size.
  * A row is walked in tiles of TILE tokens; each KV head's G = num_heads / num_kv_heads query
  * heads score the tile together while it is in cache, so K and V are read from memory once per
- * row, with the token PREFETCH (64) ahead prefetched (pages lie anywhere; 64 beat 8, 16 and 32 on cold KV, and whole-vector prefetches lost). Scores for 8 tokens are
- * summed as 8 vector accumulators and reduced by one transpose (no per-dot horizontal sum);
- * softmax runs over all of a head's scores, then V is summed tile by tile with 64 output lanes
- * in registers. head_dim must be a multiple of 8 (the caller checks).
+ * row, with the token PREFETCH (64) ahead prefetched (pages lie anywhere; 64 beat 8, 16 and 32
+ * on cold KV, and whole-vector prefetches lost). Scores for 8 tokens are summed as 8 vector
+ * accumulators and reduced by one transpose (no per-dot horizontal sum); softmax runs over all of
+ * a head's scores, then V is summed tile by tile with 64 output lanes in registers. head_dim
+ * must be a multiple of 8 (the caller checks).
  */
 #include <math.h>
 #include <stdint.h>
