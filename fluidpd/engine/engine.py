@@ -65,6 +65,7 @@ class StepResult:
     forward_s: float  # batch building + forward + logits to host
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
+    cpu_s: float = 0.0  # CPU time of the calling thread over the step (step_s / cpu_s: the core's share it got)
 
 
 @dataclass
@@ -232,7 +233,7 @@ class LLMEngine:
 
     def run_step(self, plan: StepPlan) -> StepResult:
         """Run exactly `plan` in one forward pass (blocks are allocated as needed)."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         chunks = self._resolve(plan)
         self._reserve(chunks)
         t1 = time.perf_counter()
@@ -247,7 +248,14 @@ class LLMEngine:
         for seq, n in chunks:
             seq.num_computed += n
         outputs = self._record(chunks, sampled, tokens, lps)
-        res = StepResult(outputs, time.perf_counter() - t0, t2 - t1, plan.num_prefill_tokens, len(plan.decodes))
+        res = StepResult(
+            outputs,
+            time.perf_counter() - t0,
+            t2 - t1,
+            plan.num_prefill_tokens,
+            len(plan.decodes),
+            time.thread_time() - c0,
+        )
         self.last_step = res
         return res
 

@@ -79,6 +79,11 @@ class StepPlan:
     def prefill_tokens(self) -> int:
         return sum(c for _, c in self.chunks)
 
+    @property
+    def kind(self) -> str:
+        """prefill, decode or mixed (prefill chunks fused into a decode step)."""
+        return "mixed" if self.chunks and self.decode else ("decode" if self.decode else "prefill")
+
     def __bool__(self) -> bool:
         return bool(self.chunks) or self.decode
 

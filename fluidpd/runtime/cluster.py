@@ -28,6 +28,7 @@ from fluidpd.policy.base import Policy
 from fluidpd.policy.view import StepPlan
 from fluidpd.runtime.api import TokenEvent
 from fluidpd.runtime.messages import WorkerError
+from fluidpd.runtime.steplog import StepLog, StepRecord
 from fluidpd.world.events import EventKind
 from fluidpd.world.lifecycle import World
 from fluidpd.world.worker import WorkerState
@@ -70,6 +71,7 @@ class RuntimeCluster(World):
         spawn=None,
         heartbeat_timeout_s: float = 1.0,
         step_timeout_s: float = 60.0,
+        step_log: StepLog | None = None,
     ):
         super().__init__(policy, kv_bytes_per_token, kv_blocks, metrics, len(backends), block_size, lambda i: 0, loop)
         self.backends = backends
@@ -81,6 +83,9 @@ class RuntimeCluster(World):
         self.heartbeat_timeout_s, self.step_timeout_s = heartbeat_timeout_s, step_timeout_s
         self.pings: dict[int, tuple] = {}  # worker -> (when its heartbeat in flight was sent, its future)
         self.step_started: dict[int, float] = {}
+        self.running_kinds: dict[int, str] = {}  # worker -> the kind of its step in flight
+        self.step_log = step_log
+        self._step_ended: dict[int, float] = {}  # worker -> when its last step's result was handled
         self.remaps: dict[int, float] = {}  # worker -> when its resize_kv was sent
         self.replacing: set[int] = set()
         self.losses: list[dict] = []  # every worker lost: when, why, how many requests restarted
@@ -153,8 +158,10 @@ class RuntimeCluster(World):
             prefills.append(PrefillChunk(live.engine_id, c))
         decodes = [self.live[r.id].engine_id for r in w.decoding.values()] if plan.decode else []
         self.step_started[w.id] = self.now
+        self.running_kinds[w.id] = plan.kind
+        busy = (len(self.running_kinds), sum(k != "decode" for k in self.running_kinds.values()))
         fut = backend.submit("run_step", EnginePlan(prefills=prefills, decodes=decodes))
-        fut.add_done_callback(lambda f: self.loop.soon(self._stepped, w, plan, f))
+        fut.add_done_callback(lambda f: self.loop.soon(self._stepped, w, plan, f, shape, busy))
 
     def _admit(self, live: Live, wid: int) -> None:
         """Add the request to worker `wid`'s engine: its prompt plus what it already generated
@@ -176,9 +183,10 @@ class RuntimeCluster(World):
             # a ValueError says what is wrong with the request; anything else is internal (logged)
             live.error = f"refused by its engine: {exc}" if isinstance(exc, ValueError) else "refused by its engine"
 
-    def _stepped(self, w: WorkerState, plan: StepPlan, fut) -> None:
+    def _stepped(self, w: WorkerState, plan: StepPlan, fut, shape: StepShape, busy: tuple[int, int]) -> None:
         if self.workers[w.id] is not w or not self.running:  # lost meanwhile (its requests restarted), or stopped
             return
+        self.running_kinds.pop(w.id, None)
         try:
             result = fut.result()
         except WorkerError as exc:  # the worker is gone: its requests start over elsewhere
@@ -203,7 +211,17 @@ class RuntimeCluster(World):
                 if out.finished:
                     live.finish_reason = "stop" if out.finish_reason == "stop" else "length"
                     live.engine_worker = -1
+        if self.step_log is not None:
+            self._log_step(self.step_log, w, plan, shape, busy, result)
         self.step_end(w, plan, result.step_s, frozenset(stopped))
+
+    def _log_step(self, log: StepLog, w: WorkerState, plan: StepPlan, shape: StepShape, busy, result) -> None:
+        now, start = self.now, self.step_started[w.id]
+        idle = start - self._step_ended.get(w.id, start)
+        self._step_ended[w.id] = now
+        cpu = time.process_time()
+        engine = (result.step_s, result.cpu_s)
+        log.write(StepRecord(w.id, plan.kind, start, *busy, *engine, now - start, idle, cpu, shape))
 
     def _step_refused(self, w: WorkerState, plan: StepPlan, exc: Exception) -> None:
         """The engine refused the step: the requests it refused at admission fail; if none did,
@@ -253,6 +271,7 @@ class RuntimeCluster(World):
         restarted = self.lose_worker(wid)
         self.pings.pop(wid, None)
         self.step_started.pop(wid, None)
+        self.running_kinds.pop(wid, None)
         self.remaps.pop(wid, None)
         self.losses.append({"worker": wid, "at_s": self.now, "reason": why, "restarted": len(restarted)})
         log.error("worker %d lost (%s); %d requests start over on the others", wid, why, len(restarted))
@@ -350,7 +369,14 @@ class RuntimeCluster(World):
 
             self.backends[dst.id].submit("import_kv", handle, None, live.engine_id).add_done_callback(after_import)
 
-        self.backends[src.id].submit("export_kv", live.engine_id).add_done_callback(exported)
+        via = self.transport_between(src.id, dst.id)
+        self.backends[src.id].submit("export_kv", live.engine_id, True, via).add_done_callback(exported)
+
+    def transport_between(self, src: int, dst: int) -> str | None:
+        """The KV transport from worker `src` to `dst`: the object store between nodes of a Ray
+        cluster, else (None) the workers' own (shared memory on one machine)."""
+        a, b = (getattr(self.backends[i], "node_id", None) for i in (src, dst))
+        return "ray" if a is not None and b is not None and a != b else None
 
     def _transfer_failed(
         self, live: Live, src: WorkerState, dst: WorkerState, exc: BaseException, side: WorkerState

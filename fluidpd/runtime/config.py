@@ -10,7 +10,7 @@ from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.policy.registry import POLICIES
 
-BACKENDS = ("process", "inprocess")
+BACKENDS = ("process", "inprocess", "ray")
 
 
 @dataclass(slots=True)
@@ -19,7 +19,10 @@ class RuntimeConfig:
 
     workers: int = knob(1, "engine workers, one engine and one torch thread each")
     policy: str | None = knob(None, f"one of {', '.join(POLICIES)} (default: colocated for one worker, else fluidpd)")
-    backend: str = knob("process", "worker backend: a process per worker, or threads of this process", choices=BACKENDS)
+    backend: str = knob(
+        "process", "worker backend: a process per worker, threads of this process, or Ray actors", choices=BACKENDS
+    )
+    address: str = knob("", "--backend ray: the Ray cluster (auto, HOST:PORT; empty: start one on this machine)")
     ttft_slo_s: float = knob(5.0, "TTFT SLO, seconds", flag="--ttft-slo")
     tbt_slo_s: float = knob(0.5, "time-between-tokens SLO, seconds", flag="--tbt-slo")
     prefill_kv_fraction: float = knob(0.5, "share of a prefill worker's arena kept for KV (the rest is scratch)")
@@ -29,6 +32,7 @@ class RuntimeConfig:
     admit_ttft_factor: float = knob(
         0.8, "refuse (429) a request whose predicted TTFT is over this many TTFT SLOs (0: admit all)"
     )
+    step_log: str = knob("", "write one JSON line per engine step to this file (shape, engine and wall time)")
     max_waiting: int = knob(512, "refuse (429) new requests while this many wait for their first token")
     scheduling: PolicyConfig = field(default_factory=PolicyConfig)
     fluid: FluidConfig = field(default_factory=FluidConfig)

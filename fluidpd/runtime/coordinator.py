@@ -25,6 +25,7 @@ from fluidpd.runtime.clock import RealtimeLoop
 from fluidpd.runtime.cluster import Live, RuntimeCluster
 from fluidpd.runtime.config import RuntimeConfig
 from fluidpd.runtime.profile import EngineProfile
+from fluidpd.runtime.steplog import StepLog
 from fluidpd.runtime.streams import Stream
 from fluidpd.world.events import EventKind
 
@@ -45,12 +46,14 @@ class Coordinator:
         profile: EngineProfile,
         config: RuntimeConfig,
         spawn=None,
+        release=None,
     ):
         self.backends, self.tokenizer, self.model_name = backends, tokenizer, model_name
         self.max_model_len, self.vocab_size, self.config, self.profile = max_model_len, vocab_size, config, profile
         self.kv_blocks, self.block_size, self.kv_bytes_per_token = kv_blocks, block_size, kv_bytes_per_token
         self.cluster: RuntimeCluster | None = None
         self.spawn = spawn  # wid -> an unstarted backend (replacements for lost workers)
+        self.release = release  # called once the workers are closed (e.g. Ray's placement group)
         self._ids = itertools.count()
         self.policy_name = config.policy
 
@@ -94,6 +97,7 @@ class Coordinator:
             spawn=self.spawn if c.replace_workers else None,
             heartbeat_timeout_s=c.heartbeat_timeout_s,
             step_timeout_s=c.step_timeout_s,
+            step_log=StepLog(c.step_log) if c.step_log else None,
         )
         cl.prefill_kv_floor = blocks_for(self.max_model_len, self.block_size)
         for w in cl.workers:
@@ -116,8 +120,13 @@ class Coordinator:
             self.cluster.running = False
             for live in list(self.cluster.live.values()):
                 self.cluster._close(live, "abort")
+            if self.cluster.step_log is not None:
+                self.cluster.step_log.close()
         for b in self.backends:
             b.close()
+        if self.release is not None:
+            self.release()
+            self.release = None
 
     # --- requests -------------------------------------------------------------------------
     def submit(self, request: GenerationRequest) -> Stream:

@@ -62,15 +62,14 @@ class EngineService:
     def abort(self, request_id: str) -> bool:
         return self.engine.abort(request_id)
 
-    def export_kv(self, request_id: str, release: bool = True) -> KVHandle:
-        """The request's KV as a transport handle; with `release` the request leaves this engine.
-
-        If the transport fails, a released request is put back (nothing is lost)."""
+    def export_kv(self, request_id: str, release: bool = True, transport: str | None = None) -> KVHandle:
+        """The request's KV as a handle of `transport` (default: this worker's); with `release` the
+        request leaves this engine. If the transport fails, a released request is put back."""
         t0 = time.perf_counter()
         payload = self.engine.export_kv(request_id, release=release)
         t1 = time.perf_counter()
         try:
-            handle = self.transport.send(payload)
+            handle = (get_transport(transport) if transport else self.transport).send(payload)
         except BaseException:
             if release:
                 self.engine.import_kv(payload, request_id=request_id)

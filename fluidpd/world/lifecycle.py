@@ -193,8 +193,7 @@ class World(Elastic, Recovery):
         engine, e.g. EOS), completed prefills, deferred actions; then plan the next step."""
         now = self.loop.now
         w.busy = False
-        kind = "mixed" if plan.chunks and plan.decode else ("decode" if plan.decode else "prefill")
-        w.busy_s[kind] += duration
+        w.busy_s[plan.kind] += duration
         self.policy.observe_step(w, duration, plan)
         if plan.decode and not plan.chunks:
             w.step_time_ewma_s += EWMA * (duration - w.step_time_ewma_s) if w.step_time_ewma_s else duration

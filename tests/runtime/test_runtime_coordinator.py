@@ -91,6 +91,25 @@ def test_every_policy_serves_the_same_greedy_tokens(reference, policy, workers):
         assert b.engine is None or b.engine.stats().num_used_blocks == 0
 
 
+def test_step_log_records_every_step_with_its_shape_and_times(reference, tmp_path):
+    from fluidpd.runtime.steplog import read_step_log
+
+    _, ids, expected = reference
+    path = tmp_path / "steps.jsonl"
+    coord = coordinator("static-pd", 2, tbt_slo_s=0.5, step_log=str(path))
+    results = asyncio.run(serve(coord, ids, max_tokens=6))
+    assert [t for t, _ in results] == [e[:6] for e in expected]
+    records = read_step_log(str(path))
+    prefills = [r for r in records if r.kind == "prefill"]
+    decodes = [r for r in records if r.kind == "decode"]
+    assert {r.worker for r in prefills} == {0} and {r.worker for r in decodes} == {1}  # 1P:1D
+    assert sum(r.shape.prefill_tokens for r in prefills) == sum(len(p) for p in ids)
+    # every request's 5 decode tokens after the first (which the prefill made)
+    assert sum(r.shape.decode_tokens for r in decodes) == 5 * len(ids)
+    assert all(r.wall_s >= r.engine_s > 0 and r.engine_cpu_s > 0 and 1 <= r.busy <= 2 for r in records)
+    assert [r.start_s for r in decodes] == sorted(r.start_s for r in decodes)
+
+
 def test_forced_fluidrole_switch_under_load_loses_no_token(reference):
     _, ids, expected = reference
     coord = coordinator("fluidpd", 3, tbt_slo_s=0.5)
