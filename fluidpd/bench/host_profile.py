@@ -8,9 +8,12 @@ Each step point is the median of `repeats` timed `run_step` calls, recorded with
   mixed     a chunk of c fresh tokens fused into a decode step of b sequences
 
 Then: step-time jitter (one decode step repeated: p50, p99, p99.9; delta_guard = 1.5 x the p99.9
-excess), KV hand-off bandwidth (export, shared-memory transport, import into a second engine),
+excess; the excess of every sample over the median is the simulator's step noise), the serving
+runtime's per-step dispatch overhead (plans sent to a worker process of the process backend),
+KV hand-off bandwidth (export, shared-memory transport, import into a second engine),
 FluidRole's remap (`resize_kv` shrinking and growing around live KV), and contention: a decode
-and a prefill step timed while k = 1..workers worker processes run them at once.
+and a prefill step timed while k = 1..workers worker processes run steps at once (of the same
+kind, and of the other kind).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from statistics import median
 from fluidpd.core.cpu import cpu_name
 from fluidpd.core.knobs import knob
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
 
 
 @dataclass
@@ -43,13 +46,19 @@ class ProfileConfig:
     mixed_chunks: tuple[int, ...] = (32, 128, 512)
     mixed_batches: tuple[int, ...] = (1, 8)  # decode batches the mixed chunks join ...
     mixed_context: int = 256  # ... at this context (one of `contexts`)
-    jitter_steps: int = knob(300, "repeats of one decode step for the jitter percentiles")
-    contention_s: float = knob(3.0, "seconds each contention level runs")
+    jitter_steps: int = knob(1000, "repeats of one decode step for the jitter percentiles (and the simulator's noise)")
+    dispatch_steps: int = knob(30, "steps of each kind sent to a worker process for the runtime's per-step overhead")
+    contention_s: float = knob(2.0, "seconds each contention level runs")
+    contention_rounds: int = knob(2, "rounds of the contention levels (each level's median is kept)")
     transfer_tokens: tuple[int, ...] = (256, 1024, 4096)
 
     def __post_init__(self) -> None:
-        if self.workers < 1 or self.repeats < 1 or self.jitter_steps < 10 or self.contention_s <= 0:
-            raise ValueError("workers and repeats must be >= 1, jitter_steps >= 10, contention_s > 0")
+        if (
+            min(self.workers, self.repeats, self.dispatch_steps, self.contention_rounds) < 1
+            or self.jitter_steps < 10
+            or self.contention_s <= 0
+        ):
+            raise ValueError("workers, repeats and dispatch_steps must be >= 1, jitter_steps >= 10, contention_s > 0")
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -169,7 +178,42 @@ def measure_jitter(bench: _Bench, steps: int, batch: int = 4, ctx: int = 256) ->
         "p99_s": p99,
         "p999_s": p999,
         "delta_guard_s": 1.5 * (p999 - p50),
+        "excess_s": sorted(t - p50 for t in ts),  # the simulator's step noise: drawn from these
     }
+
+
+def measure_dispatch(engine_config, repeats: int) -> dict:
+    """The serving runtime's overhead per step: a worker process of the process backend runs
+    decode steps (batch 1 and 8) and 256-token prefills sent from here; the wall time from sending
+    the plan to having its result, less the engine's own step time (pickling, the pipe, threads)."""
+    from fluidpd.engine.plan import PrefillChunk, StepPlan
+    from fluidpd.engine.sampling import SamplingParams
+    from fluidpd.runtime.backend import make_worker
+
+    params = SamplingParams(max_tokens=10_000, ignore_eos=True)
+    # room for 8 x 256 decoding tokens, their growth and a 256-token prefill, whatever the arena
+    engine_config = replace(engine_config, num_kv_blocks=max(engine_config.num_kv_blocks or 0, 256), arena_bytes=None)
+    worker = make_worker("process", 0, engine_config)
+    try:
+        worker.start()
+
+        def overhead(plan) -> float:
+            t0 = time.perf_counter()
+            res = worker.submit("run_step", plan).result()
+            return time.perf_counter() - t0 - res.step_s
+
+        ids = [worker.submit("add_request", f"d{i}", list(range(100, 356)), params).result() for i in range(8)]
+        for rid in ids:
+            worker.submit("run_step", StepPlan(prefills=[PrefillChunk(rid, 256)])).result()
+        decode = [overhead(StepPlan(decodes=ids[:b])) for b in (1, 8) for _ in range(repeats)]
+        prefill = []
+        for i in range(repeats):
+            rid = worker.submit("add_request", f"p{i}", list(range(200, 456)), params).result()
+            prefill.append(overhead(StepPlan(prefills=[PrefillChunk(rid, 256)])))
+            worker.submit("abort", rid).result()
+        return {"decode_s": median(decode), "prefill_s": median(prefill), "steps": len(decode) + len(prefill)}
+    finally:
+        worker.close()
 
 
 def measure_transfer(bench: _Bench, other, tokens: tuple[int, ...], repeats: int) -> dict:
@@ -245,9 +289,12 @@ def _contention_child(config, conn) -> None:  # in a spawned process
         conn.send(median(ts))
 
 
-def measure_contention(engine_config, workers: int, seconds: float, advance) -> dict:
-    """Step time while k = 1..workers processes (one torch thread each) run the same step kind at
-    once, as slowdowns against k = 1: a decode step (4 x 256 tokens) and a 256-token prefill."""
+def measure_contention(engine_config, workers: int, seconds: float, advance, rounds: int = 2) -> dict:
+    """Step time while k = 1..workers processes (one torch thread each) run steps at once, as
+    slowdowns against k = 1: a decode step (4 x 256 tokens) and a 256-token prefill, among k - 1
+    steps of the same kind ("decode", "prefill") and among k - 1 of the other ("decode_cross":
+    a decode step while the others prefill; "prefill_cross"). Each level is timed right after
+    the step alone (the host's speed drifts), over `rounds` rounds; the medians of the ratios."""
     ctx = mp.get_context("spawn")
     pipes, procs = [], []
     # room for 4 x 256 decoding tokens, their growth and a 256-token prefill, whatever the arena
@@ -266,19 +313,30 @@ def measure_contention(engine_config, workers: int, seconds: float, advance) -> 
                 ready = False
             if not ready:
                 raise RuntimeError(f"contention worker (pid {proc.pid}) did not start: exit code {proc.exitcode}")
+
+        def timed(kind: str, others: str, k: int) -> float:  # worker 0's median step, k - 1 others busy
+            pipes[0].send((kind, seconds))
+            for pipe in pipes[1:k]:
+                pipe.send((others, seconds))
+            return _answers(pipes[:k], kind)[0]
+
+        # each level's time over worker 0 alone just before it (the host drifts), median of rounds
+        ratios: dict[tuple, list[float]] = {}
+        alone: dict[str, list[float]] = {"decode": [], "prefill": []}
+        for _ in range(rounds):
+            for kind, other in (("decode", "prefill"), ("prefill", "decode")):
+                for k in range(2, workers + 1):
+                    for label, others in (("same", kind), ("cross", other)):
+                        base = timed(kind, kind, 1)
+                        alone[kind].append(base)
+                        ratios.setdefault((kind, label, k), []).append(timed(kind, others, k) / base)
+                        advance()
         out: dict[str, list[float]] = {}
         for kind in ("decode", "prefill"):
-            seconds_by_k = []
-            for k in range(1, workers + 1):
-                for pipe in pipes[:k]:
-                    pipe.send((kind, seconds))
-                try:
-                    seconds_by_k.append(median([pipe.recv() for pipe in pipes[:k]]))
-                except EOFError:
-                    raise RuntimeError(f"a contention worker died while timing {kind} steps") from None
-                advance()
-            out[kind] = [t / seconds_by_k[0] for t in seconds_by_k]
-            out[f"{kind}_s"] = seconds_by_k
+            alone[kind] = alone[kind] or [timed(kind, kind, 1)]  # one worker: no levels
+            out[kind] = [1.0] + [median(ratios[kind, "same", k]) for k in range(2, workers + 1)]
+            out[f"{kind}_cross"] = [1.0] + [median(ratios[kind, "cross", k]) for k in range(2, workers + 1)]
+            out[f"{kind}_s"] = [median(alone[kind]) * f for f in out[kind]]
         return out
     finally:
         for pipe in pipes:
@@ -292,8 +350,27 @@ def measure_contention(engine_config, workers: int, seconds: float, advance) -> 
                 proc.kill()
 
 
-def measure_profile(engine_config, cfg: ProfileConfig, progress: bool = True) -> dict:
-    """Everything `fluidpd profile` writes, measured on this host (see the module docstring)."""
+def _answers(pipes, kind: str) -> list[float]:
+    try:
+        return [pipe.recv() for pipe in pipes]
+    except EOFError:
+        raise RuntimeError(f"a contention worker died while timing {kind} steps") from None
+
+
+PARTS = ("steps", "jitter", "kv_transfer", "fluidrole", "dispatch", "contention")
+
+
+def measure_profile(
+    engine_config, cfg: ProfileConfig, progress: bool = True, parts: tuple[str, ...] = PARTS, base: dict | None = None
+) -> dict:
+    """Everything `fluidpd profile` writes, measured on this host (see the module docstring); with
+    `parts`, only those are measured and the rest is kept from `base` (a profile of this engine)."""
+    unknown = set(parts) - set(PARTS)
+    if unknown or not parts:
+        raise ValueError(f"profile parts must be some of {', '.join(PARTS)}, got {', '.join(parts) or 'none'}")
+    if set(parts) != set(PARTS) and base is None:
+        raise ValueError("measuring only some parts needs the profile they update")
+    out = dict(base or {})
     import torch
     from tqdm import tqdm
 
@@ -320,20 +397,32 @@ def measure_profile(engine_config, cfg: ProfileConfig, progress: bool = True) ->
         "max_model_len": engine.max_model_len,
     }
     n_points = len(cfg.priors) * len(cfg.chunks) + len(cfg.contexts) * len(cfg.batches)
-    with tqdm(total=n_points + 2 * cfg.workers + 3, desc="profile", disable=not progress) as bar:
+    levels = 4 * (cfg.workers - 1) * cfg.contention_rounds if "contention" in parts else 0
+    total = (n_points if "steps" in parts else 0) + levels + len(parts)
+    with tqdm(total=total, desc="profile", disable=not progress) as bar:
         t0 = time.perf_counter()
-        steps = measure_steps(bench, cfg, bar.update)
-        jitter = measure_jitter(bench, cfg.jitter_steps)
-        bar.update()
-        transfer = measure_transfer(bench, other, cfg.transfer_tokens, cfg.repeats)
-        bar.update()
-        remap = measure_remap(bench, cfg.repeats)
-        bar.update()
+        if "steps" in parts:
+            out["steps"] = measure_steps(bench, cfg, bar.update)
+        if "jitter" in parts:
+            out["jitter"] = measure_jitter(bench, cfg.jitter_steps)
+        if "kv_transfer" in parts:
+            out["kv_transfer"] = measure_transfer(bench, other, cfg.transfer_tokens, cfg.repeats)
+        if "fluidrole" in parts:
+            out["fluidrole"] = measure_remap(bench, cfg.repeats)
+        bar.update(sum(p in parts for p in ("steps", "jitter", "kv_transfer", "fluidrole")))
         del engine, other, bench, model, serving
-        contention = measure_contention(engine_config, cfg.workers, cfg.contention_s, bar.update)
-    return {
+        if "dispatch" in parts:
+            out["dispatch"] = measure_dispatch(engine_config, cfg.dispatch_steps)
+            bar.update()
+        if "contention" in parts:
+            out["contention"] = measure_contention(
+                engine_config, cfg.workers, cfg.contention_s, bar.update, cfg.contention_rounds
+            )
+            bar.update()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    return out | {
         "version": PROFILE_VERSION,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "date": stamp,
         "host": {
             "cpu": cpu_name(),
             "cores": os.cpu_count(),
@@ -344,11 +433,7 @@ def measure_profile(engine_config, cfg: ProfileConfig, progress: bool = True) ->
         "model": facts,
         "config": asdict(cfg),
         "measure_s": time.perf_counter() - t0,
-        "steps": steps,
-        "jitter": jitter,
-        "kv_transfer": transfer,
-        "fluidrole": remap,
-        "contention": contention,
+        "measured_parts": (base or {}).get("measured_parts", {}) | dict.fromkeys(parts, stamp),
     }
 
 
@@ -373,3 +458,28 @@ def _matmul_params(mc) -> int:
 
 def _mem_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def probe_drift(engine_config, profile: dict, decode_steps: int = 60, prefills: int = 5) -> dict:
+    """How much slower (> 1) or faster this host runs now than its profile's fit says: the median
+    of a repeated decode step (4 x 256 tokens, the jitter point) and of 256-token prefills, each over
+    the fit's time for its shape (a few seconds; run it with the host otherwise idle)."""
+    import torch
+
+    from fluidpd.engine.engine import LLMEngine
+    from fluidpd.engine.plan import PrefillChunk, StepPlan
+    from fluidpd.latency.profiled import fit_steps
+
+    torch.set_num_threads(1)
+    fit = fit_steps(profile["steps"])
+    bench = _Bench(LLMEngine(replace(engine_config, num_kv_blocks=max(engine_config.num_kv_blocks or 0, 128))), 1)
+    rids = [bench.request(255, 255) for _ in range(4)]
+    decode_shape = _shape(decode_tokens=4, decode_ctx=bench.ctx_sum(rids))
+    decode = median(bench.timed(StepPlan(decodes=list(rids))) for _ in range(decode_steps))
+    bench.abort(rids)
+    ts = []
+    for _ in range(prefills):
+        r = bench.request(256, 0)
+        ts.append(bench.timed(StepPlan(prefills=[PrefillChunk(r, 256)])))
+        bench.abort([r])
+    return {"decode": decode / fit(decode_shape), "prefill": median(ts) / fit(_chunk_shape(256, 0))}

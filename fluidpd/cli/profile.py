@@ -2,6 +2,7 @@
 
     fluidpd profile --out profile.json                    # SmolLM2, contention up to 4 workers
     fluidpd profile --model path/to/model.gguf --workers 2 --out my-host.json
+    fluidpd profile --parts contention,jitter --out profile.json   # re-measure two parts, keep the rest
 
 Writes the step points (prefill by chunk and prior context, decode by batch and context, fused
 mixed steps), step-time jitter, KV hand-off bandwidth, FluidRole's remap time and contention
@@ -16,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from fluidpd.bench.host_profile import ProfileConfig
+from fluidpd.bench.host_profile import PARTS, ProfileConfig
 from fluidpd.cli.serve import ENGINE_FLAGS_SKIP
 from fluidpd.core.knobs import add_flags, flag_values
 from fluidpd.engine.config import EngineConfig
@@ -32,6 +33,12 @@ def register(sub) -> None:
     add_flags(p, EngineConfig, skip=ENGINE_FLAGS_SKIP)
     add_flags(p, ProfileConfig)
     p.add_argument("--out", type=Path, required=True, help="profile JSON to write")
+    p.add_argument(
+        "--parts",
+        type=lambda v: tuple(x for x in v.split(",") if x),
+        default=PARTS,
+        help=f"measure only these ({','.join(PARTS)}; default all) and keep the rest of the profile at --out",
+    )
     p.set_defaults(func=run)
 
 
@@ -41,15 +48,23 @@ def run(args: argparse.Namespace) -> int:
 
     engine = EngineConfig(**flag_values(args, EngineConfig, skip=ENGINE_FLAGS_SKIP))
     cfg = ProfileConfig(**flag_values(args, ProfileConfig))
-    profile = measure_profile(engine, cfg, progress=sys.stderr.isatty())
+    base = None
+    if set(args.parts) != set(PARTS):
+        if not args.out.exists():
+            print(f"error: --parts updates an existing profile, and {args.out} does not exist", file=sys.stderr)
+            return 2
+        base = json.loads(args.out.read_text())
+    try:
+        profile = measure_profile(engine, cfg, progress=sys.stderr.isatty(), parts=args.parts, base=base)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(profile, indent=1) + "\n")
     fit = fit_steps(profile["steps"])
     j, kv, c = profile["jitter"], profile["kv_transfer"], profile["contention"]
-    print(
-        f"{len(profile['steps'])} step points in {profile['measure_s']:.0f} s; fit error mean "
-        f"{fit.mean_rel_error:.1%}, max {fit.max_rel_error:.1%}"
-    )
+    print(f"measured {', '.join(args.parts)} in {profile['measure_s']:.0f} s")
+    print(f"{len(profile['steps'])} step points; fit error mean {fit.mean_rel_error:.1%}, max {fit.max_rel_error:.1%}")
     print(
         f"jitter: decode step p50 {j['p50_s'] * 1e3:.1f} ms, p99.9 {j['p999_s'] * 1e3:.1f} ms, "
         f"delta_guard {j['delta_guard_s'] * 1e3:.1f} ms"

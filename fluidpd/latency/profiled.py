@@ -149,14 +149,22 @@ class ProfiledModel(RooflineModel):
         return self.profile["model"]["kv_blocks"] * self.profile["model"]["block_size"] // block_size
 
     def sim_config(self, sim):
-        """`sim` (a SimConfig) with this host's contention, step jitter and remap time."""
+        """`sim` (a SimConfig) with this host's contention, step noise (the measured excess of its
+        jitter samples, unless `sim` asks for a log-normal jitter of its own), the runtime's
+        dispatch overhead and the remap time."""
         c, j = self.profile["contention"], self.profile["jitter"]
-        cv = sim.step_jitter_cv or step_cv(j)
+        dispatch = self.profile.get("dispatch", {})
+        noise = tuple(j["excess_s"]) if "excess_s" in j and not sim.step_jitter_cv else ()
         return replace(
             sim,
             contention_decode=tuple(c["decode"]),
             contention_prefill=tuple(c["prefill"]),
-            step_jitter_cv=cv,
+            contention_decode_cross=tuple(c.get("decode_cross", ())),
+            contention_prefill_cross=tuple(c.get("prefill_cross", ())),
+            step_jitter_cv=sim.step_jitter_cv or (0.0 if noise else step_cv(j)),
+            step_noise_s=noise,
+            dispatch_decode_s=dispatch.get("decode_s", 0.0),
+            dispatch_prefill_s=dispatch.get("prefill_s", 0.0),
             remap_s=self.profile["fluidrole"]["shrink_s"],
         )
 

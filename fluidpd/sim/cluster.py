@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,6 +20,20 @@ from fluidpd.workload.trace import Trace
 from fluidpd.world.events import EventKind, EventLoop
 from fluidpd.world.lifecycle import World
 from fluidpd.world.worker import WorkerState
+
+
+@dataclass(slots=True, eq=False)
+class _Run:
+    """A step in flight on a contended host: the work it has left (uncontended seconds), its rate."""
+
+    w: WorkerState
+    plan: StepPlan
+    decode_only: bool
+    work_s: float
+    started_s: float
+    updated_s: float
+    rate: float = 1.0
+    token: int = 0
 
 
 class SimCluster(World):
@@ -55,7 +70,8 @@ class SimCluster(World):
         self.hold_first_token = config.hold_first_token
         self.rng = np.random.default_rng(config.seed)
         self._jitter_sigma = math.sqrt(math.log1p(config.step_jitter_cv**2))
-        self._contended = (config.contention_decode, config.contention_prefill) != ((1.0,), (1.0,))
+        self._contended = config.contended
+        self._runs: list[_Run] = []  # steps in flight, when contended
         self._progress = None
 
     def active(self) -> bool:
@@ -87,16 +103,42 @@ class SimCluster(World):
             self._progress(self.loop.now, self.metrics.completed)
 
     def execute(self, w: WorkerState, plan: StepPlan, shape: StepShape) -> None:
-        duration = self.step_times[w.id](shape)
-        if self._contended:
-            busy = sum(x.busy for x in self.workers)
-            duration *= self.config.contention(shape.prefill_tokens == 0, busy)
-        if self._jitter_sigma:
+        c, decode_only = self.config, shape.prefill_tokens == 0
+        duration = self.step_times[w.id](shape) * (c.step_scale_decode if decode_only else c.step_scale_prefill)
+        if c.step_noise_s:
+            duration = max(duration + c.step_noise_s[int(self.rng.integers(len(c.step_noise_s)))], 0.5 * duration)
+        elif self._jitter_sigma:
             duration *= float(self.rng.lognormal(-0.5 * self._jitter_sigma**2, self._jitter_sigma))
+        duration += c.dispatch_decode_s if decode_only else c.dispatch_prefill_s
+        if self._contended:
+            self._runs.append(_Run(w, plan, decode_only, duration, self.loop.now, self.loop.now))
+            self._rerate()
+            return
         self.loop.at(self.loop.now + duration, EventKind.STEP_END, self._step_done, (w, plan, duration))
 
     def _step_done(self, arg) -> None:
         self.step_end(*arg)
+
+    def _rerate(self) -> None:
+        """Processor sharing: every step in flight progresses at 1 / the contention of the steps
+        running now; its end moves whenever a step starts or ends (older end events go stale)."""
+        now, k = self.loop.now, len(self._runs)
+        decodes = sum(r.decode_only for r in self._runs)
+        for run in self._runs:
+            cross = k - decodes if run.decode_only else decodes
+            run.work_s -= (now - run.updated_s) * run.rate
+            run.updated_s, run.rate = now, 1.0 / self.config.contention(run.decode_only, k, cross)
+            run.token += 1
+            end = now + max(run.work_s, 0.0) / run.rate
+            self.loop.at(end, EventKind.STEP_END, self._run_done, (run, run.token))
+
+    def _run_done(self, arg) -> None:
+        run, token = arg
+        if token != run.token:
+            return
+        self._runs.remove(run)
+        self._rerate()
+        self.step_end(run.w, run.plan, self.loop.now - run.started_s)
 
     def transfer(self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg) -> None:
         end = self.network.schedule(self.loop.now, tokens * self.kv_bytes_per_token, src.node, dst.node, dst.id, cls)

@@ -32,6 +32,20 @@ class SimConfig:
     # kind; a host profile fills them (workers sharing CPU cores), GPUs keep 1
     contention_decode: tuple[float, ...] = (1.0,)
     contention_prefill: tuple[float, ...] = (1.0,)
+    # ... of a decode step among k - 1 prefills, and of a prefill among k - 1 decodes (empty: as
+    # among its own kind); a mix interpolates by the share of the others of the other kind
+    contention_decode_cross: tuple[float, ...] = ()
+    contention_prefill_cross: tuple[float, ...] = ()
+    # a host profile's measured step noise (seconds added to a step: its samples' excess over their
+    # median, drawn uniformly; replaces the log-normal factor) and the runtime's dispatch overhead
+    # per step (plan to the worker, result back to the coordinator), by step kind
+    step_noise_s: tuple[float, ...] = ()
+    # the host measured this much slower (> 1) or faster than its profile just before a run, by
+    # step kind (a drift probe: shared machines change speed over hours)
+    step_scale_decode: float = 1.0
+    step_scale_prefill: float = 1.0
+    dispatch_decode_s: float = 0.0
+    dispatch_prefill_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.n_workers < 1 or self.tp < 1 or self.gpus_per_node < 1:
@@ -50,18 +64,38 @@ class SimConfig:
             raise ValueError("phase durations must be >= 0")
         if not self.contention_decode or not self.contention_prefill:
             raise ValueError("contention factors need at least the k = 1 entry")
-        if min(*self.contention_decode, *self.contention_prefill) <= 0:
+        factors = (*self.contention_decode, *self.contention_prefill)
+        if min(*factors, *self.contention_decode_cross, *self.contention_prefill_cross) <= 0:
             raise ValueError("contention factors must be > 0")
+        if min(self.dispatch_decode_s, self.dispatch_prefill_s) < 0:
+            raise ValueError("dispatch overheads must be >= 0")
+        if min(self.step_scale_decode, self.step_scale_prefill) <= 0:
+            raise ValueError("step scales must be > 0")
 
     def phase_s(self, phase: str) -> float:
         return {"remap": self.remap_s, "dispatch": self.dispatch_s, "route": self.route_s}[phase]
 
-    def contention(self, decode_only: bool, busy: int) -> float:
-        """Slowdown of a step that starts while `busy` workers (itself included) run steps."""
-        f = self.contention_decode if decode_only else self.contention_prefill
-        if busy <= len(f):
-            return f[max(busy, 1) - 1]
-        return f[-1] * busy / len(f)
+    @property
+    def contended(self) -> bool:
+        """Whether steps slow each other down (workers sharing a host's cores)."""
+        return (self.contention_decode, self.contention_prefill) != ((1.0,), (1.0,))
+
+    def contention(self, decode_only: bool, busy: int, cross: int = 0) -> float:
+        """Slowdown of a step while `busy` workers (itself included) run steps, `cross` of them
+        of the other kind (prefill-carrying vs decode-only)."""
+        same = _factor(self.contention_decode if decode_only else self.contention_prefill, busy)
+        table = self.contention_decode_cross if decode_only else self.contention_prefill_cross
+        if not cross or not table or busy <= 1:
+            return same
+        x = min(cross / (busy - 1), 1.0)
+        return (1 - x) * same + x * _factor(table, busy)
 
     def node_of(self, worker: int) -> int:
         return worker * self.tp // self.gpus_per_node
+
+
+def _factor(f: tuple[float, ...], busy: int) -> float:
+    """Entry k - 1 of a contention table; beyond its end it grows with k."""
+    if busy <= len(f):
+        return f[max(busy, 1) - 1]
+    return f[-1] * busy / len(f)

@@ -69,11 +69,16 @@ class Trace:
         lo, hi = np.searchsorted(self.arrival_s, [start_s, start_s + duration_s], side="left")
         return self._replace(self.arrival_s[lo:hi] - start_s, slice(lo, hi), float(duration_s))
 
-    def shaped(self, rate_scale: float, duration_s: float | None = None, max_requests: int | None = None) -> Trace:
-        """Rate-scale by `rate_scale`, keep [0, duration_s), then at most the first `max_requests`."""
+    def shaped(
+        self, rate_scale: float, duration_s: float | None = None, max_requests: int | None = None, start_s: float = 0.0
+    ) -> Trace:
+        """Rate-scale by `rate_scale`, keep [start_s, start_s + duration_s) (re-based to 0), then
+        at most the first `max_requests`."""
         t = self.scale_rate(rate_scale)
         if duration_s:
-            t = t.window(0.0, duration_s)
+            t = t.window(start_s, duration_s)
+        elif start_s:
+            raise ValueError("a window start needs a duration")
         return t.head(max_requests) if max_requests is not None and len(t) > max_requests else t
 
     def head(self, n: int) -> Trace:

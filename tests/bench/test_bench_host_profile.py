@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
-from fluidpd.bench.host_profile import ProfileConfig, measure_profile, spec_of
+from fluidpd.bench.host_profile import PARTS, ProfileConfig, measure_profile, spec_of
 from fluidpd.engine.config import EngineConfig
 from fluidpd.latency.profiled import fit_steps
 
@@ -25,10 +26,12 @@ def test_small_profile_measures_every_part():
         mixed_chunks=(32,),
         mixed_batches=(1, 4),
         jitter_steps=20,
+        dispatch_steps=3,
         contention_s=0.3,
         transfer_tokens=(64, 256),
     )
-    p = measure_profile(EngineConfig(model="smollm2", load_format="dummy", num_kv_blocks=64), cfg, progress=False)
+    engine = EngineConfig(model="smollm2", load_format="dummy", num_kv_blocks=64)
+    p = measure_profile(engine, cfg, progress=False)
     kinds = [s["kind"] for s in p["steps"]]
     assert kinds.count("prefill") == 6 and kinds.count("decode") == 4 and kinds.count("mixed") == 2
     assert all(s["seconds"] > 0 and len(s["samples"]) == 2 for s in p["steps"])
@@ -38,13 +41,21 @@ def test_small_profile_measures_every_part():
     assert decode["shape"]["decode_ctx"] >= 4 * 64
     assert p["model"]["spec"] == "smollm2-135m" and p["model"]["kv_blocks"] == 64
     assert p["jitter"]["p999_s"] >= p["jitter"]["p50_s"] > 0
+    excess = p["jitter"]["excess_s"]
+    assert len(excess) == 20 and excess == sorted(excess) and excess[0] <= 0 <= excess[-1]
+    assert 0 < p["dispatch"]["decode_s"] < 0.1 and 0 < p["dispatch"]["prefill_s"] < 0.1
     assert p["kv_transfer"]["bandwidth_Bps"] > 1e7 and len(p["kv_transfer"]["points"]) == 2
     assert p["fluidrole"]["shrink_s"] > 0
     c = p["contention"]
     assert c["decode"][0] == 1.0 and len(c["decode"]) == len(c["prefill"]) == 2
+    assert c["decode_cross"][0] == c["prefill_cross"][0] == 1.0 and len(c["decode_cross"]) == 2
+    assert min(c["decode_cross"] + c["prefill_cross"]) > 0.5
     fit = fit_steps(p["steps"])
     assert fit.mean_rel_error < 0.2
     json.dumps(p)  # the file `fluidpd profile` writes
+    again = measure_profile(engine, replace(cfg, dispatch_steps=2), progress=False, parts=("dispatch",), base=p)
+    assert again["steps"] == p["steps"] and again["contention"] == p["contention"]  # kept
+    assert again["dispatch"]["steps"] == 2 * 2 + 2 and set(again["measured_parts"]) == set(PARTS)
 
 
 def test_spec_of_maps_engine_shapes_to_the_catalogue():
@@ -64,3 +75,13 @@ def test_profile_cli_rejects_bad_flags(tmp_path):
     )
     assert run.returncode == 2 and "workers" in run.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_profile_parts_update_an_existing_profile_only(tmp_path):
+    out = tmp_path / "p.json"
+    cmd = [sys.executable, "-m", "fluidpd.cli", "profile", "--load-format", "dummy", "--out", str(out)]
+    run = subprocess.run([*cmd, "--parts", "jitter"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "does not exist" in run.stderr
+    out.write_text("{}")
+    run = subprocess.run([*cmd, "--parts", "jitter,bogus"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "bogus" in run.stderr and out.read_text() == "{}"

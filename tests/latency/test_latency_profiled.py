@@ -78,6 +78,11 @@ def test_contention_factor():
     cfg = SimConfig(contention_decode=(1.0, 1.2, 1.9), contention_prefill=(1.0, 1.5))
     assert cfg.contention(True, 1) == 1.0 and cfg.contention(True, 3) == 1.9
     assert cfg.contention(False, 2) == 1.5 and cfg.contention(False, 4) == pytest.approx(3.0)
+    assert cfg.contention(True, 3, cross=2) == 1.9  # no cross table: as among its own kind
+    cross = SimConfig(contention_decode=(1.0, 1.2, 1.9), contention_decode_cross=(1.0, 1.6, 2.5))
+    assert cross.contention(True, 3, cross=2) == pytest.approx(2.5)  # both others prefill
+    assert cross.contention(True, 3, cross=1) == pytest.approx((1.9 + 2.5) / 2)  # half of them
+    assert cross.contention(True, 1, cross=0) == 1.0
     with pytest.raises(ValueError, match="> 0"):
         SimConfig(contention_decode=(1.0, 0.0))
 
@@ -95,7 +100,12 @@ def test_shipped_cpu_host_profile_drives_the_simulator():
     assert float(np.median(errors)) < 0.05 and np.mean(np.array(errors) < 0.15) >= 0.9
     assert lat.kv_blocks(16) == profile["model"]["kv_blocks"]
     sim = lat.sim_config(SimConfig())
-    assert sim.contention_decode == tuple(profile["contention"]["decode"]) and sim.step_jitter_cv > 0
+    assert sim.contention_decode == tuple(profile["contention"]["decode"])
+    assert sim.contention_decode_cross == tuple(profile["contention"]["decode_cross"])
+    # the measured noise replaces the log-normal factor, unless a jitter is asked for
+    assert sim.step_noise_s == tuple(profile["jitter"]["excess_s"]) and sim.step_jitter_cv == 0
+    assert lat.sim_config(SimConfig(step_jitter_cv=0.1)).step_noise_s == ()
+    assert 0 < sim.dispatch_decode_s < 0.05 and 0 < sim.dispatch_prefill_s < 0.05
     assert isinstance(latency_model(model, get_hardware("h100")), RooflineModel)
     with pytest.raises(ValueError, match="profiled for smollm2-135m"):
         latency_model(get_model("llama-3.1-8b"), hw)
