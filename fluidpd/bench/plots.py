@@ -61,3 +61,23 @@ def timeline_plot(timeline, title: str, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def bars_plot(groups: dict[str, dict[str, float]], ylabel: str, path: Path, title: str = "") -> Path:
+    """Grouped bars: `groups` maps a group (x tick) to its bars (label -> value), same labels in each."""
+    labels = list(next(iter(groups.values()))) if groups else []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.8 / max(len(labels), 1)
+    x = np.arange(len(groups))
+    for i, label in enumerate(labels):
+        ax.bar(x + (i - (len(labels) - 1) / 2) * width, [g[label] for g in groups.values()], width, label=label)
+    ax.set_xticks(x, list(groups))
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
