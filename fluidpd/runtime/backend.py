@@ -42,6 +42,7 @@ from fluidpd.core.registry import Registry
 from fluidpd.runtime.inprocess import InProcessWorker
 from fluidpd.runtime.messages import StartInfo
 from fluidpd.runtime.process import ProcessWorker
+from fluidpd.runtime.ray_worker import RayWorker
 
 
 @runtime_checkable
@@ -63,10 +64,11 @@ class WorkerBackend(Protocol):
 WORKERS: Registry[type[WorkerBackend]] = Registry("worker backend")
 WORKERS.add("inprocess", InProcessWorker)
 WORKERS.add("process", ProcessWorker)
+WORKERS.add("ray", RayWorker)
 
 
 def make_worker(kind: str, worker_id: int, config, **kwargs: Any) -> WorkerBackend:
-    """A worker of a registered backend ("inprocess" or "process"); kwargs go to its constructor."""
+    """A worker of a registered backend ("inprocess", "process" or "ray"); kwargs go to its constructor."""
     return WORKERS.build(kind, worker_id, config, **kwargs)
 
 

@@ -82,8 +82,14 @@ def build_coordinator(
     kv_blocks, block_size = probe.blocks.num_blocks, config.block_size
     kv_bytes_per_token = probe.arena.block_bytes / block_size
     vocab = probe.model_config.vocab_size
-    shared = {"model": model, "tokenizer": tokenizer} if runtime.backend == "inprocess" else {}
+    shared: dict = {"model": model, "tokenizer": tokenizer} if runtime.backend == "inprocess" else {}
     del probe
+    if runtime.backend == "ray":
+        from fluidpd.runtime.ray_worker import RayPlacement, connect_ray
+
+        ray = connect_ray(runtime.address, num_cpus=runtime.workers)
+        shared["placement"] = RayPlacement.create(runtime.workers, gpus=str(config.device).startswith("cuda"))
+        log(f"Ray cluster: {len(ray.nodes())} node(s), {ray.cluster_resources().get('CPU', 0):g} CPUs")
 
     def spawn(i: int):
         return make_worker(runtime.backend, i, config, **shared)
@@ -108,4 +114,5 @@ def build_coordinator(
         profile,
         runtime,
         spawn,
+        release=shared["placement"].remove if "placement" in shared else None,
     )

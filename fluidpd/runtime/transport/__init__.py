@@ -8,11 +8,13 @@ from typing import Any
 from fluidpd.core.registry import Registry
 from fluidpd.runtime.transport.base import KVHandle, KVTransport
 from fluidpd.runtime.transport.local import LocalTransport
+from fluidpd.runtime.transport.ray import RayObjectTransport
 from fluidpd.runtime.transport.shm import SharedMemoryTransport
 
 TRANSPORTS: Registry[type[KVTransport]] = Registry("KV transport")
 TRANSPORTS.add("shm", SharedMemoryTransport)
 TRANSPORTS.add("local", LocalTransport)
+TRANSPORTS.add("ray", RayObjectTransport)
 
 _instances: dict[str, KVTransport] = {}
 _lock = threading.Lock()
