@@ -9,7 +9,7 @@ import glob
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -131,3 +131,15 @@ def run_to_end(worker, rid: str, prompt: list[int], max_tokens: int = MAX_TOKENS
         toks += more
     assert done
     return toks
+
+
+def served_setup(n: int, max_tokens: int):
+    """(engine config, cost profile, n prompts, their greedy tokens) for the coordinator tests."""
+    from fluidpd.runtime.profile import profile_engine
+
+    s = smol()
+    config = replace(s.staged, num_kv_blocks=192, max_model_len=1024, max_num_seqs=16)
+    profile = profile_engine(s.reference, lengths=(16, 64, 256), repeats=2)
+    ids = [s.prompt_ids(i % 3) + s.tokenizer.encode(f" {i}") for i in range(n)]
+    outs = s.reference.generate(ids, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    return config, profile, ids, [list(o.token_ids) for o in outs]

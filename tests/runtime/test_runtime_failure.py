@@ -6,17 +6,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from dataclasses import replace
 
 import pytest
-from rtbackend_help import smol
+from rtbackend_help import served_setup
 
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.runtime.api import GenerationRequest
 from fluidpd.runtime.build import build_coordinator
 from fluidpd.runtime.config import RuntimeConfig
-from fluidpd.runtime.profile import profile_engine
 from fluidpd.runtime.transport.shm import leftover_segments
 
 pytestmark = pytest.mark.slow
@@ -26,12 +24,7 @@ N = 6
 
 @pytest.fixture(scope="module")
 def setup():
-    s = smol()
-    config = replace(s.staged, num_kv_blocks=192, max_model_len=1024, max_num_seqs=16)
-    profile = profile_engine(s.reference, lengths=(16, 64, 256), repeats=2)
-    ids = [s.prompt_ids(i % 3) + s.tokenizer.encode(f" {i}") for i in range(N)]
-    outs = s.reference.generate(ids, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
-    return config, profile, ids, [list(o.token_ids) for o in outs]
+    return served_setup(N, MAX_TOKENS)
 
 
 def coordinator(setup, policy: str, **kw):

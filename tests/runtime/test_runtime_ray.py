@@ -9,17 +9,15 @@ import asyncio
 import os
 import shutil
 import tempfile
-from dataclasses import replace
 
 import pytest
-from rtbackend_help import smol
+from rtbackend_help import served_setup
 
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.runtime.api import GenerationRequest
 from fluidpd.runtime.build import build_coordinator
 from fluidpd.runtime.config import RuntimeConfig
-from fluidpd.runtime.profile import profile_engine
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -48,12 +46,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def setup(cluster):
-    s = smol()
-    config = replace(s.staged, num_kv_blocks=192, max_model_len=1024, max_num_seqs=16)
-    profile = profile_engine(s.reference, lengths=(16, 64, 256), repeats=2)
-    ids = [s.prompt_ids(i % 3) + s.tokenizer.encode(f" {i}") for i in range(N)]
-    outs = s.reference.generate(ids, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
-    return config, profile, ids, [list(o.token_ids) for o in outs]
+    return served_setup(N, MAX_TOKENS)
 
 
 def coordinator(setup, policy: str, workers: int = 3):
