@@ -155,7 +155,8 @@ def step_check(records: list[StepRecord], setup: Setup) -> dict:
     """Per step kind, the real runtime's steps against the model's prediction for the same shape
     (with the host's contention for the steps running when it was sent): median ratios of the
     engine's time and of the wall time to the prediction, median wall - engine and idle times."""
-    model, sim = setup.roofline(), setup.roofline().sim_config(setup.sim)
+    model = setup.roofline()
+    sim = model.sim_config(setup.sim)
     out: dict = {}
     for kind in ("decode", "prefill", "mixed"):
         rs = [r for r in records if r.kind == kind]

@@ -58,7 +58,10 @@ class ProfileConfig:
             or self.jitter_steps < 10
             or self.contention_s <= 0
         ):
-            raise ValueError("workers, repeats and dispatch_steps must be >= 1, jitter_steps >= 10, contention_s > 0")
+            raise ValueError(
+                "workers, repeats, dispatch_steps and contention_rounds must be >= 1, jitter_steps >= 10, "
+                "contention_s > 0"
+            )
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -102,6 +105,11 @@ class _Bench:
     def abort(self, rids) -> None:
         for r in rids:
             self.engine.abort(r)
+
+
+def _with_blocks(engine_config, blocks: int):
+    """`engine_config` with room for at least `blocks` KV blocks, whatever its arena."""
+    return replace(engine_config, num_kv_blocks=max(engine_config.num_kv_blocks or 0, blocks), arena_bytes=None)
 
 
 def _shape(**kw) -> dict:
@@ -191,9 +199,7 @@ def measure_dispatch(engine_config, repeats: int) -> dict:
     from fluidpd.runtime.backend import make_worker
 
     params = SamplingParams(max_tokens=10_000, ignore_eos=True)
-    # room for 8 x 256 decoding tokens, their growth and a 256-token prefill, whatever the arena
-    engine_config = replace(engine_config, num_kv_blocks=max(engine_config.num_kv_blocks or 0, 256), arena_bytes=None)
-    worker = make_worker("process", 0, engine_config)
+    worker = make_worker("process", 0, _with_blocks(engine_config, 256))  # 8 x 256 decoding + a prefill
     try:
         worker.start()
 
@@ -297,8 +303,7 @@ def measure_contention(engine_config, workers: int, seconds: float, advance, rou
     the step alone (the host's speed drifts), over `rounds` rounds; the medians of the ratios."""
     ctx = mp.get_context("spawn")
     pipes, procs = [], []
-    # room for 4 x 256 decoding tokens, their growth and a 256-token prefill, whatever the arena
-    engine_config = replace(engine_config, num_kv_blocks=max(engine_config.num_kv_blocks or 0, 256), arena_bytes=None)
+    engine_config = _with_blocks(engine_config, 256)  # 4 x 256 decoding tokens, their growth, a prefill
     try:
         for _ in range(workers):
             parent, child = ctx.Pipe()
@@ -409,8 +414,8 @@ def measure_profile(
             out["kv_transfer"] = measure_transfer(bench, other, cfg.transfer_tokens, cfg.repeats)
         if "fluidrole" in parts:
             out["fluidrole"] = measure_remap(bench, cfg.repeats)
-        bar.update(sum(p in parts for p in ("steps", "jitter", "kv_transfer", "fluidrole")))
-        del engine, other, bench, model, serving
+        bar.update(len(set(parts) & {"steps", "jitter", "kv_transfer", "fluidrole"}))
+        del engine, other, bench, model, serving  # the rest runs in spawned worker processes
         if "dispatch" in parts:
             out["dispatch"] = measure_dispatch(engine_config, cfg.dispatch_steps)
             bar.update()
@@ -472,7 +477,7 @@ def probe_drift(engine_config, profile: dict, decode_steps: int = 60, prefills: 
 
     torch.set_num_threads(1)
     fit = fit_steps(profile["steps"])
-    bench = _Bench(LLMEngine(replace(engine_config, num_kv_blocks=max(engine_config.num_kv_blocks or 0, 128))), 1)
+    bench = _Bench(LLMEngine(_with_blocks(engine_config, 128)), 1)
     rids = [bench.request(255, 255) for _ in range(4)]
     decode_shape = _shape(decode_tokens=4, decode_ctx=bench.ctx_sum(rids))
     decode = median(bench.timed(StepPlan(decodes=list(rids))) for _ in range(decode_steps))

@@ -65,7 +65,7 @@ class StepResult:
     forward_s: float  # batch building + forward + logits to host
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
-    cpu_s: float = 0.0  # CPU time of the calling thread over the step (step_s / cpu_s: the core's share it got)
+    cpu_s: float = 0.0  # CPU time of the calling thread over the step (cpu_s / step_s: the share of a core it got)
 
 
 @dataclass

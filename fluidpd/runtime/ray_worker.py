@@ -236,9 +236,8 @@ class RayWorker:
 
 def connect_ray(address: str = "", num_cpus: int | None = None):
     """Join the Ray cluster at `address` ("auto", HOST:PORT), or start a single-node one here
-    (dashboard off, object store capped, temporary files under $RAY_TMPDIR when set)."""
-    import os
-
+    (dashboard off, object store capped; Ray itself keeps its temporary files under $RAY_TMPDIR
+    when set)."""
     ray = require_ray()
     if ray.is_initialized():
         return ray
@@ -250,7 +249,6 @@ def connect_ray(address: str = "", num_cpus: int | None = None):
             num_cpus=num_cpus,
             include_dashboard=False,
             object_store_memory=256 << 20,
-            _temp_dir=os.environ.get("RAY_TMPDIR"),
             **quiet,
         )
     return ray

@@ -26,16 +26,14 @@ class StepRecord:
     busy: int  # workers running a step when it was sent, itself included
     busy_prefill: int  # ... of them running a step with prefill chunks
     engine_s: float
-    engine_cpu_s: float  # the worker thread's CPU time over the step (engine_s / engine_cpu_s: its share of a core)
+    engine_cpu_s: float  # the worker thread's CPU time over the step (engine_cpu_s / engine_s: its share of a core)
     wall_s: float
     idle_s: float
     coordinator_cpu_s: float  # CPU time the coordinator's process had used when the result was handled
     shape: StepShape
 
     def to_json(self) -> str:
-        d = asdict(self)
-        d["shape"] = {k: getattr(self.shape, k) for k in StepShape.__slots__}
-        return json.dumps(d)
+        return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, line: str) -> StepRecord:

@@ -40,12 +40,12 @@ class SimConfig:
     # median, drawn uniformly; replaces the log-normal factor) and the runtime's dispatch overhead
     # per step (plan to the worker, result back to the coordinator), by step kind
     step_noise_s: tuple[float, ...] = ()
+    dispatch_decode_s: float = 0.0
+    dispatch_prefill_s: float = 0.0
     # the host measured this much slower (> 1) or faster than its profile just before a run, by
     # step kind (a drift probe: shared machines change speed over hours)
     step_scale_decode: float = 1.0
     step_scale_prefill: float = 1.0
-    dispatch_decode_s: float = 0.0
-    dispatch_prefill_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.n_workers < 1 or self.tp < 1 or self.gpus_per_node < 1:
@@ -64,8 +64,13 @@ class SimConfig:
             raise ValueError("phase durations must be >= 0")
         if not self.contention_decode or not self.contention_prefill:
             raise ValueError("contention factors need at least the k = 1 entry")
-        factors = (*self.contention_decode, *self.contention_prefill)
-        if min(*factors, *self.contention_decode_cross, *self.contention_prefill_cross) <= 0:
+        tables = (
+            self.contention_decode,
+            self.contention_prefill,
+            self.contention_decode_cross,
+            self.contention_prefill_cross,
+        )
+        if min(x for t in tables for x in t) <= 0:
             raise ValueError("contention factors must be > 0")
         if min(self.dispatch_decode_s, self.dispatch_prefill_s) < 0:
             raise ValueError("dispatch overheads must be >= 0")

@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from fluidpd.engine.kv_transfer import KVPayload
-from fluidpd.runtime.transport.base import KVHandle, KVTransport, to_handle, to_payload, torch_dtype
+from fluidpd.runtime.transport.base import KVHandle, KVTransport, to_handle, to_payload
 
 
 def require_ray():
@@ -34,24 +34,17 @@ class RayObjectTransport(KVTransport):
     def send(self, payload: KVPayload) -> KVHandle:
         ray = require_ray()
         t0 = time.perf_counter()
-        ref = ray.put(payload.blocks.contiguous().numpy()) if payload.blocks is not None else None
         handle = to_handle(payload, self.name)
-        handle.meta["ray_ref"] = ref
+        handle.meta["ray_ref"] = ray.put(payload.blocks.contiguous().numpy())
         handle.timings["send_s"] = time.perf_counter() - t0
         return handle
 
     def receive(self, handle: KVHandle) -> KVPayload:
-        ref = handle.meta.get("ray_ref")
-        if ref is None:
-            blocks = torch.empty(handle.shape, dtype=torch_dtype(handle.dtype))
-        else:
-            arr = require_ray().get(ref, timeout=60)
-            with warnings.catch_warnings():  # a read-only view of the object store: the import only reads it
-                warnings.simplefilter("ignore", UserWarning)
-                blocks = torch.from_numpy(arr)
-        meta = {k: v for k, v in handle.meta.items() if k != "ray_ref"}
-        payload = to_payload(handle, blocks)
-        payload.meta = meta
+        arr = require_ray().get(handle.meta["ray_ref"], timeout=60)
+        with warnings.catch_warnings():  # a read-only view of the object store: the import only reads it
+            warnings.simplefilter("ignore", UserWarning)
+            payload = to_payload(handle, torch.from_numpy(arr))
+        del payload.meta["ray_ref"]
         return payload
 
     def release(self, handle: KVHandle) -> None:
