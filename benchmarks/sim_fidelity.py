@@ -2,20 +2,27 @@
 host's profile (`--gpu cpu-host`), per policy and trace, with each metric's error.
 
 For each trace and policy: start `fluidpd serve` (SmolLM2, `--workers`, `--prefill-workers` to
-start, admission off so both sides see every request), replay the trace window with the `fluidpd
-bench` client in this process (open loop, streaming, client-side TTFT and every gap), read the
-role transitions from /metrics, stop the server. Then simulate the requests the client actually
-sent (their send times, clipped prompt and output lengths) with the same policy, SLOs, workers,
-prefill KV share and starting split. Compares mean, P50 and P99 of TTFT and TBT, joint attainment,
-output throughput and FluidRole transitions; writes a sim-vs-real CDF overlay per metric (PNG) and
-the rows as JSON.
+start, admission off so both sides see every request); first serve a calibration window (the
+`--calibrate-s` of trace right after the evaluated window, same rate); then replay the evaluated
+window with the `fluidpd bench` client in this process (open loop, streaming, client-side TTFT and
+every gap), read the role transitions from /metrics, stop the server. Then simulate the requests
+the client actually sent (their send times, clipped prompt and output lengths) with the same
+policy, SLOs, workers, prefill KV share and split, at the step scales that fit the calibration
+window's logged steps (`fluidpd.bench.step_check.speed_level`: this host's speed drifts by tens
+of percent over minutes). Compares mean, P50 and P99 of TTFT and TBT, joint attainment, output
+throughput and FluidRole transitions; writes a sim-vs-real CDF overlay per metric (PNG) and the
+rows as JSON. Also printed: the simulator uncalibrated, at the evaluated run's own speed level
+(an oracle) and, with `--baseline DIR`, an earlier run's real results against these (the real
+system's own run-to-run spread).
 
     .venv/bin/python benchmarks/sim_fidelity.py [--traces azure_conv:0.4@0 azure_code:0.1@9100]
         [--policies chunked static-pd fluidpd] [--duration 150] [--max-model-len 512] [--workers 4]
+        [--baseline results/sim_fidelity_before] [--resim]
 
-Each run also writes the server's per-step log (`--step-log`) and prints, per step kind, the real
-steps against the model's prediction for their shapes: the engine's time, the wall time through
-the runtime (dispatch), the worker's share of a core, the coordinator's CPU use.
+Each run writes the server's per-step log (`--step-log`) and prints, per step kind, the real steps
+against the model's prediction for their shapes: the engine's time, the wall time through the
+runtime (dispatch, KV exports queued before the step), the worker's share of a core, the
+coordinator's CPU use.
 """
 
 from __future__ import annotations
@@ -24,7 +31,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -36,16 +42,15 @@ from pathlib import Path
 import numpy as np
 from runtime_azure_code import stop_server, wait_healthy
 
-from fluidpd.bench.host_profile import probe_drift
 from fluidpd.bench.loadgen import BenchConfig, BenchResult, collect, run_bench
 from fluidpd.bench.plots import cdf_plot, sorted_cdf
+from fluidpd.bench.step_check import speed_level, step_check
 from fluidpd.core.metrics import Slo
-from fluidpd.engine.config import EngineConfig
 from fluidpd.policy.base import PolicyConfig
-from fluidpd.runtime.steplog import StepRecord, read_step_log
+from fluidpd.runtime.steplog import read_step_log
 from fluidpd.sim.config import SimConfig
 from fluidpd.sim.run import Setup, simulate
-from fluidpd.specs.hardware import get_hardware, shipped_profile
+from fluidpd.specs.hardware import get_hardware
 from fluidpd.specs.models import get_model
 from fluidpd.workload.registry import load_trace
 from fluidpd.workload.trace import Trace
@@ -72,11 +77,10 @@ def serve_cmd(policy: str, port: int, args, step_log: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def transitions(url: str) -> int:
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    m = re.search(r"^fluidpd:role_transitions_total\{[^}]*\} ([0-9.e+]+)$", text, re.M)
-    return int(float(m.group(1))) if m else 0
+def cluster_state(url: str) -> dict:
+    """The server's /v1/admin/cluster: its clock, workers' roles, FluidRole transitions."""
+    with urllib.request.urlopen(url + "/v1/admin/cluster", timeout=10) as r:
+        return json.loads(r.read())
 
 
 def host_cpu() -> tuple[int, int, int]:
@@ -86,8 +90,10 @@ def host_cpu() -> tuple[int, int, int]:
     return v[0] + v[1] + v[2] + v[5] + v[6], v[7], sum(v)
 
 
-def real_run(trace: Trace, name: str, policy: str, port: int, args, step_log: Path):
-    """(collector, results, transitions) of the trace through a fresh server (its steps logged to `step_log`)."""
+def real_run(trace: Trace, calibration: Trace, name: str, policy: str, port: int, args, step_log: Path) -> dict:
+    """The trace through a fresh server (its steps logged to `step_log`) after `calibration` through
+    the same server: the client's results, the step-log lines of the calibration, the role
+    transitions during the run and the prefill workers it started with."""
     url = f"http://127.0.0.1:{port}"
     slo = Slo(args.ttft_slo, args.tbt_slo)
     log_path = Path(tempfile.gettempdir()) / f"fluidpd-fidelity-{name}-{policy}.log"
@@ -95,6 +101,9 @@ def real_run(trace: Trace, name: str, policy: str, port: int, args, step_log: Pa
         proc = subprocess.Popen(serve_cmd(policy, port, args, step_log), stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_healthy(url, proc)
+            asyncio.run(run_bench(BenchConfig(url=url, trace=calibration, slo=slo, trace_name=name, progress=False)))
+            calibration_steps = len(read_step_log(str(step_log)))
+            before = cluster_state(url)
             cfg = BenchConfig(url=url, trace=trace, slo=slo, trace_name=name, progress=False)
             c0, h0 = time.process_time(), host_cpu()
             _, results = asyncio.run(run_bench(cfg))
@@ -105,7 +114,15 @@ def real_run(trace: Trace, name: str, policy: str, port: int, args, step_log: Pa
                 file=sys.stderr,
                 flush=True,
             )
-            return collect(results, slo), results, transitions(url)
+            first = min(r.send_s for r in results if not np.isnan(r.send_s))
+            t0 = before["now_s"] + first  # the client's first send, on the server's clock
+            moves = [t for t in cluster_state(url).get("transitions", []) if t["began_s"] >= before["now_s"]]
+            return {
+                "results": results,
+                "calibration_steps": calibration_steps,
+                "transitions": [{"at_s": t["began_s"] - t0, "to": t["to"], "total_s": t["total_s"]} for t in moves],
+                "prefill_workers": sum(w["role"] == "prefill" for w in before["workers"]),
+            }
         finally:
             stop_server(proc)
 
@@ -122,68 +139,32 @@ def sent_trace(results, name: str) -> Trace:
     )
 
 
-def setup_of(policy: str, args, drift: dict | None = None) -> Setup:
-    drift = drift or {"decode": 1.0, "prefill": 1.0}
+def setup_of(args, scales: dict | None = None, prefill_workers: int | None = None) -> Setup:
+    """The simulator's setup of a run: its workers, SLOs, KV share, starting split, step scales."""
+    scales = scales or {"decode": 1.0, "prefill": 1.0}
     sim = SimConfig(
         n_workers=args.workers,
         prefill_kv_fraction=PREFILL_KV_FRACTION,
-        step_scale_decode=drift["decode"],
-        step_scale_prefill=drift["prefill"],
+        step_scale_decode=scales["decode"],
+        step_scale_prefill=scales["prefill"],
     )
+    split = args.prefill_workers if prefill_workers is None else prefill_workers
     return Setup(
         get_model("smollm2-135m", "fp32"),
         get_hardware("cpu-host"),
         Slo(args.ttft_slo, args.tbt_slo),
         sim=sim,
-        policy=PolicyConfig(prefill_workers=args.prefill_workers),
+        policy=PolicyConfig(prefill_workers=split),
     )
 
 
-def drift_now() -> dict:
-    """The host's speed now against the shipped profile (fluidpd.bench.host_profile.probe_drift)."""
-    d = probe_drift(EngineConfig(model="smollm2"), shipped_profile("cpu-host"))
-    print(f"  drift probe: decode x{d['decode']:.2f}, prefill x{d['prefill']:.2f} of the profile", file=sys.stderr)
-    return d
-
-
-def sim_run(trace: Trace, policy: str, args, drift: dict | None = None):
-    result = simulate(trace, policy, setup_of(policy, args, drift))
-    return result.cluster.metrics, len(getattr(result.cluster.policy, "transitions", []))
-
-
-def step_check(records: list[StepRecord], setup: Setup) -> dict:
-    """Per step kind, the real runtime's steps against the model's prediction for the same shape
-    (with the host's contention for the steps running when it was sent): median ratios of the
-    engine's time and of the wall time to the prediction, median wall - engine and idle times."""
-    model = setup.roofline()
-    sim = model.sim_config(setup.sim)
-    out: dict = {}
-    for kind in ("decode", "prefill", "mixed"):
-        rs = [r for r in records if r.kind == kind]
-        if not rs:
-            continue
-        scale = sim.step_scale_decode if kind == "decode" else sim.step_scale_prefill
-        pred = np.array([model.step_time(r.shape) * scale * contention(sim, r) for r in rs])
-        engine, wall = np.array([r.engine_s for r in rs]), np.array([r.wall_s for r in rs])
-        out[kind] = {
-            "steps": len(rs),
-            "engine/pred_p50": float(np.median(engine / pred)),
-            "wall/pred_p50": float(np.median(wall / pred)),
-            "wall/pred_p99": float(np.percentile(wall / pred, 99)),
-            "wall-engine_p50_ms": float(np.median(wall - engine) * 1e3),
-            "idle_p50_ms": float(np.median([r.idle_s for r in rs]) * 1e3),
-            "core_share_p50": float(np.median([r.engine_cpu_s / r.engine_s for r in rs])),
-            "busy_mean": float(np.mean([r.busy for r in rs])),
-        }
-    span = records[-1].start_s + records[-1].wall_s - records[0].start_s
-    out["coordinator_cores"] = (records[-1].coordinator_cpu_s - records[0].coordinator_cpu_s) / span
-    return out
-
-
-def contention(sim: SimConfig, r: StepRecord) -> float:
-    """The model's slowdown of a logged step, from the kinds of the steps running when it was sent."""
-    decode = r.kind == "decode"
-    return sim.contention(decode, r.busy, r.busy_prefill if decode else r.busy - r.busy_prefill)
+def sim_run(trace: Trace, policy: str, setup: Setup):
+    """The simulator's metrics of `trace` and its FluidRole transitions (as the real run's)."""
+    result = simulate(trace, policy, setup)
+    moves = getattr(result.cluster.policy, "transitions", [])
+    return result.cluster.metrics, [
+        {"at_s": t.began_s, "to": t.dst_role.value, "total_s": t.total_s if t.done else None} for t in moves
+    ]
 
 
 def stats(mc, requests: int) -> dict:
@@ -204,63 +185,64 @@ def stats(mc, requests: int) -> dict:
 
 def measure_cases(args):
     """Each trace x policy through a fresh server; yields what the simulator needs of the run
-    (and saves it in --out: client results, step log, drift, transitions)."""
+    (and saves it in --out: client results, step log, calibration, transitions)."""
     port = 8150
     for spec in args.traces:
         name, rate, start = parse_trace(spec)
         trace = load_trace(name).shaped(rate, args.duration, args.max_requests, start)
+        # the calibration window: the trace right after the evaluated one, at the same rate
+        calibration = load_trace(name).shaped(rate, args.calibrate_s, args.max_requests, start + args.duration)
         for policy in args.policies:
             port += 1
-            print(f"{name} / {policy}: {len(trace)} requests through the server ...", file=sys.stderr, flush=True)
-            step_log = args.out / f"steps_{name}_{policy}.jsonl"
-            time.sleep(5)  # the previous server's processes are gone before the probe
-            drift = drift_now()
-            _, results, transitions_ = real_run(trace, name, policy, port, args, step_log)
-            case = {"trace": spec, "policy": policy, "drift": drift, "transitions": transitions_}
-            (args.out / f"real_{name}_{policy}.json").write_text(
-                json.dumps(case | {"results": [asdict(r) for r in results]}) + "\n"
+            print(
+                f"{name} / {policy}: {len(calibration)} requests to calibrate, then {len(trace)} through the server",
+                file=sys.stderr,
+                flush=True,
             )
-            yield case | {"results": results, "steps": read_step_log(str(step_log))}
+            step_log = args.out / f"steps_{name}_{policy}.jsonl"
+            time.sleep(5)  # the previous server's processes are gone
+            run = real_run(trace, calibration, name, policy, port, args, step_log)
+            case = {"trace": spec, "policy": policy} | {k: v for k, v in run.items() if k != "results"}
+            (args.out / f"real_{name}_{policy}.json").write_text(
+                json.dumps(case | {"results": [asdict(r) for r in run["results"]]}) + "\n"
+            )
+            yield case | {"results": run["results"], "steps": read_step_log(str(step_log))}
 
 
-def load_cases(args) -> list[dict]:
-    """The runs `measure_cases` saved in --out, for re-simulating them after a model change."""
+def load_cases(args, out: Path) -> list[dict]:
+    """The runs `measure_cases` saved in `out`, for re-simulating them after a model change."""
     cases = []
     for spec in args.traces:
         name = parse_trace(spec)[0]
         for policy in args.policies:
-            saved = json.loads((args.out / f"real_{name}_{policy}.json").read_text())
+            saved = json.loads((out / f"real_{name}_{policy}.json").read_text())
             saved["results"] = [BenchResult(**r) for r in saved["results"]]
-            saved["steps"] = read_step_log(str(args.out / f"steps_{name}_{policy}.jsonl"))
+            saved["steps"] = read_step_log(str(out / f"steps_{name}_{policy}.jsonl"))
             cases.append(saved)
     return cases
 
 
-def run_speed(records: list[StepRecord], policy: str, args) -> dict:
-    """The speed level of a run read off its own step log (an oracle: it looks at the evaluated
-    run): median engine time over the model's prediction, decode steps and prefill-carrying ones."""
-    c = step_check(records, setup_of(policy, args))
-    prefill = [c[k] for k in ("prefill", "mixed") if k in c]
-    level = max(prefill, key=lambda x: x["steps"])["engine/pred_p50"] if prefill else 1.0
-    return {"decode": c["decode"]["engine/pred_p50"] if "decode" in c else 1.0, "prefill": level}
-
-
-def evaluate(case: dict, args) -> dict:
-    """One run's row: real stats, the simulator's (drift-probed, as shipped, and at the run's own
-    speed level: an oracle), the per-step check; CDF overlays (PNG)."""
-    spec, policy, results, drift = case["trace"], case["policy"], case["results"], case["drift"]
+def evaluate(case: dict, args, baseline: dict | None = None) -> dict:
+    """One run's row: real stats; the simulator's calibrated on the calibration window's steps, as
+    shipped, and at the evaluated run's own speed level (an oracle); the per-step check of the
+    evaluated steps; the real stats of `baseline` (the same case run before); CDF overlays (PNG)."""
+    spec, policy, results = case["trace"], case["policy"], case["results"]
     name = parse_trace(spec)[0]
     slo = Slo(args.ttft_slo, args.tbt_slo)
-    steps = step_check(case["steps"], setup_of(policy, args, drift))
-    print(f"{spec} / {policy}: drift {drift}", file=sys.stderr)
+    n_cal = case["calibration_steps"]
+    calibration, steps_log = case["steps"][:n_cal], case["steps"][n_cal:]
+    split = case["prefill_workers"]
+    scales = speed_level(calibration, setup_of(args, prefill_workers=split))
+    steps = step_check(steps_log, setup_of(args, scales, split))
+    print(f"{spec} / {policy}: calibrated step scales {scales} ({n_cal} steps)", file=sys.stderr)
     for kind, c in steps.items():
         line = " ".join(f"{k} {v:.3g}" for k, v in c.items()) if isinstance(c, dict) else f"{c:.3g}"
         print(f"  {kind:8} {line}", file=sys.stderr, flush=True)
     real_mc, sent, n = collect(results, slo), sent_trace(results, name), len(results)
-    sim_mc, sim_tr = sim_run(sent, policy, args, drift)
-    raw_mc, _ = sim_run(sent, policy, args)
-    speed = run_speed(case["steps"], policy, args)
-    oracle_mc, _ = sim_run(sent, policy, args, speed)
+    sim_mc, sim_tr = sim_run(sent, policy, setup_of(args, scales, split))
+    raw_mc, _ = sim_run(sent, policy, setup_of(args, None, split))
+    speed = speed_level(steps_log, setup_of(args, prefill_workers=split))
+    oracle_mc, _ = sim_run(sent, policy, setup_of(args, speed, split))
     tag = f"{name}_{policy}"
     real_ttft = np.frombuffer(real_mc.ttft, dtype=np.float64)
     sim_ttft = np.frombuffer(sim_mc.ttft, dtype=np.float64)
@@ -268,9 +250,11 @@ def evaluate(case: dict, args) -> dict:
              args.out / f"ttft_cdf_{tag}.png", args.ttft_slo)  # fmt: skip
     cdf_plot({"real": real_mc.tbt.cdf_points(), "sim": sim_mc.tbt.cdf_points()}, "time between tokens (s)",
              args.out / f"tbt_cdf_{tag}.png", args.tbt_slo)  # fmt: skip
-    sims = {"sim": stats(sim_mc, n), "sim_unprobed": stats(raw_mc, n), "sim_oracle_speed": stats(oracle_mc, n)}
+    sims = {"sim": stats(sim_mc, n), "sim_uncalibrated": stats(raw_mc, n), "sim_oracle_speed": stats(oracle_mc, n)}
+    if baseline is not None:
+        sims["real_before"] = stats(collect(baseline["results"], slo), len(baseline["results"]))
     transitions_ = {"real": case["transitions"], "sim": sim_tr}
-    return {"trace": spec, "policy": policy, "requests": n, "real": stats(real_mc, n), **sims, "drift": drift,
+    return {"trace": spec, "policy": policy, "requests": n, "real": stats(real_mc, n), **sims, "scales": scales,
             "run_speed": speed, "transitions": transitions_, "steps": steps}  # fmt: skip
 
 
@@ -291,11 +275,14 @@ def main() -> None:
     ap.add_argument("--ttft-slo", type=float, default=10.0)
     ap.add_argument("--tbt-slo", type=float, default=0.6)
     ap.add_argument("--out", type=Path, default=Path("results/sim_fidelity"))
+    ap.add_argument("--calibrate-s", type=float, default=10.0, help="seconds of trace served to calibrate first")
     ap.add_argument("--resim", action="store_true", help="re-simulate the real runs saved in --out (no server)")
+    ap.add_argument("--baseline", type=Path, help="an earlier --out: its real runs against these (run to run)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    cases = load_cases(args) if args.resim else list(measure_cases(args))
-    rows = [evaluate(c, args) for c in cases]
+    cases = load_cases(args, args.out) if args.resim else list(measure_cases(args))
+    before = {(c["trace"], c["policy"]): c for c in load_cases(args, args.baseline)} if args.baseline else {}
+    rows = [evaluate(c, args, before.get((c["trace"], c["policy"]))) for c in cases]
     (args.out / "rows.json").write_text(json.dumps(rows, indent=1) + "\n")
     keys = ("ttft_mean", "ttft_p50", "ttft_p99", "tbt_mean", "tbt_p50", "tbt_p99", "throughput")
     print(f"{'trace':20} {'policy':9} " + " ".join(f"{k:>10}" for k in keys) + "  attain real/sim  transitions r/s")
@@ -305,16 +292,22 @@ def main() -> None:
             f"{r['trace']:20} {r['policy']:9} "
             + " ".join(f"{err[k]:+10.1%}" for k in keys)
             + f"  {r['real']['attainment']:.1%}/{r['sim']['attainment']:.1%}"
-            f"  {r['transitions']['real']}/{r['transitions']['sim']}"
+            f"  {len(r['transitions']['real'])}/{len(r['transitions']['sim'])}"
         )
+        for side in ("real", "sim"):
+            for t in r["transitions"][side]:
+                took = f"{t['total_s'] * 1e3:.0f} ms" if t["total_s"] is not None else "unfinished"
+                print(f"    {side:4} FluidRole to {t['to']} at {t['at_s']:.1f} s, took {took}")
     print(f"rows and CDF overlays in {args.out}{os.sep}")
     mean, p99, gap = worst(rows, "sim", keys)
-    raw = worst(rows, "sim_unprobed", keys)
-    oracle = worst(rows, "sim_oracle_speed", keys)
-    print(f"without the drift probe (the profile as shipped): worst mean error {raw[0]:.1%}, worst p99 error "
-          f"{raw[1]:.1%}, attainment gap {raw[2]:.1f} pp")  # fmt: skip
-    print(f"oracle, at each run's own speed level (read off its step log): worst mean error {oracle[0]:.1%}, "
-          f"worst p99 error {oracle[1]:.1%}, attainment gap {oracle[2]:.1f} pp")  # fmt: skip
+    for side, label in (
+        ("sim_uncalibrated", "uncalibrated (the profile as shipped)"),
+        ("sim_oracle_speed", "oracle, at each run's own speed level (read off its step log)"),
+        ("real_before", f"the real runs in {args.baseline} against these (run to run)"),
+    ):
+        if side in rows[0]:
+            w = worst(rows, side, keys)
+            print(f"{label}: worst mean error {w[0]:.1%}, worst p99 error {w[1]:.1%}, attainment gap {w[2]:.1f} pp")
     print(f"fidelity: worst mean error {mean:.1%}, worst p99 error {p99:.1%}, attainment gap {gap:.1f} pp")
 
 

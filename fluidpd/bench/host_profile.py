@@ -50,17 +50,19 @@ class ProfileConfig:
     dispatch_steps: int = knob(30, "steps of each kind sent to a worker process for the runtime's per-step overhead")
     contention_s: float = knob(2.0, "seconds each contention level runs")
     contention_rounds: int = knob(2, "rounds of the contention levels (each level's median is kept)")
-    transfer_tokens: tuple[int, ...] = (256, 1024, 4096)
+    transfer_tokens: tuple[int, ...] = (128, 512, 2048)
+    # fresh shared-memory segments fault in at 2-5x a memcpy now and then: a median of many
+    transfer_repeats: int = knob(9, "KV hand-offs per request size (their median is the point)")
 
     def __post_init__(self) -> None:
         if (
-            min(self.workers, self.repeats, self.dispatch_steps, self.contention_rounds) < 1
+            min(self.workers, self.repeats, self.transfer_repeats, self.dispatch_steps, self.contention_rounds) < 1
             or self.jitter_steps < 10
             or self.contention_s <= 0
         ):
             raise ValueError(
-                "workers, repeats, dispatch_steps and contention_rounds must be >= 1, jitter_steps >= 10, "
-                "contention_s > 0"
+                "workers, repeats, transfer_repeats, dispatch_steps and contention_rounds must be >= 1, "
+                "jitter_steps >= 10, contention_s > 0"
             )
 
 
@@ -224,7 +226,9 @@ def measure_dispatch(engine_config, repeats: int) -> dict:
 
 def measure_transfer(bench: _Bench, other, tokens: tuple[int, ...], repeats: int) -> dict:
     """KV hand-off of requests of `tokens` tokens between two engines: export, the shared-memory
-    transport's send and receive, import; fitted as latency + bytes / bandwidth."""
+    transport's send and receive, import; fitted as latency + bytes / bandwidth (least relative
+    error: each size counts alike), with the share of the time spent on the source side (export
+    and send: the rest is the destination's)."""
     import numpy as np
 
     from fluidpd.runtime.transport import get_transport
@@ -234,24 +238,34 @@ def measure_transfer(bench: _Bench, other, tokens: tuple[int, ...], repeats: int
     points = []
     for n in (n for n in tokens if n + 16 < min(kv_tokens, bench.engine.max_model_len)):
         rid = bench.request(n, n)
-        src, dst, ts, nbytes = bench.engine, other, [], 0
-        for _ in range(repeats):
+        src, dst, ts, sent, nbytes = bench.engine, other, [], [], 0
+        for i in range(repeats + 1):  # the first round trip is a warm-up (fresh segments fault in)
             t0 = time.perf_counter()
             payload = src.export_kv(rid)
             handle = shm.send(payload)
+            t1 = time.perf_counter()
             try:
                 dst.import_kv(shm.receive(handle))
             finally:
                 shm.release(handle)
-            ts.append(time.perf_counter() - t0)
+            if i:
+                ts.append(time.perf_counter() - t0)
+                sent.append(t1 - t0)
             nbytes = payload.nbytes
             src, dst = dst, src
         src.abort(rid)
-        points.append({"tokens": n, "bytes": nbytes, "seconds": median(ts)})
+        points.append({"tokens": n, "bytes": nbytes, "seconds": median(ts), "export_s": median(sent)})
     if len(points) < 2:
         raise ValueError("KV transfer needs two request sizes that fit the engine's KV")
-    slope, intercept = np.polyfit([p["bytes"] for p in points], [p["seconds"] for p in points], 1)
-    return {"points": points, "bandwidth_Bps": 1.0 / max(slope, 1e-15), "latency_s": max(0.0, float(intercept))}
+    seconds = np.array([p["seconds"] for p in points])
+    slope, intercept = np.polyfit([p["bytes"] for p in points], seconds, 1, w=1 / seconds)  # relative error
+    share = sum(p["export_s"] for p in points) / sum(p["seconds"] for p in points)
+    return {
+        "points": points,
+        "bandwidth_Bps": 1.0 / max(slope, 1e-15),
+        "latency_s": max(0.0, float(intercept)),
+        "export_share": share,
+    }
 
 
 def measure_remap(bench: _Bench, repeats: int, live: int = 4, ctx: int = 512) -> dict:
@@ -411,7 +425,7 @@ def measure_profile(
         if "jitter" in parts:
             out["jitter"] = measure_jitter(bench, cfg.jitter_steps)
         if "kv_transfer" in parts:
-            out["kv_transfer"] = measure_transfer(bench, other, cfg.transfer_tokens, cfg.repeats)
+            out["kv_transfer"] = measure_transfer(bench, other, cfg.transfer_tokens, cfg.transfer_repeats)
         if "fluidrole" in parts:
             out["fluidrole"] = measure_remap(bench, cfg.repeats)
         bar.update(len(set(parts) & {"steps", "jitter", "kv_transfer", "fluidrole"}))
@@ -463,28 +477,3 @@ def _matmul_params(mc) -> int:
 
 def _mem_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def probe_drift(engine_config, profile: dict, decode_steps: int = 60, prefills: int = 5) -> dict:
-    """How much slower (> 1) or faster this host runs now than its profile's fit says: the median
-    of a repeated decode step (4 x 256 tokens, the jitter point) and of 256-token prefills, each over
-    the fit's time for its shape (a few seconds; run it with the host otherwise idle)."""
-    import torch
-
-    from fluidpd.engine.engine import LLMEngine
-    from fluidpd.engine.plan import PrefillChunk, StepPlan
-    from fluidpd.latency.profiled import fit_steps
-
-    torch.set_num_threads(1)
-    fit = fit_steps(profile["steps"])
-    bench = _Bench(LLMEngine(_with_blocks(engine_config, 128)), 1)
-    rids = [bench.request(255, 255) for _ in range(4)]
-    decode_shape = _shape(decode_tokens=4, decode_ctx=bench.ctx_sum(rids))
-    decode = median(bench.timed(StepPlan(decodes=list(rids))) for _ in range(decode_steps))
-    bench.abort(rids)
-    ts = []
-    for _ in range(prefills):
-        r = bench.request(256, 0)
-        ts.append(bench.timed(StepPlan(prefills=[PrefillChunk(r, 256)])))
-        bench.abort([r])
-    return {"decode": decode / fit(decode_shape), "prefill": median(ts) / fit(_chunk_shape(256, 0))}

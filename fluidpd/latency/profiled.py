@@ -151,9 +151,10 @@ class ProfiledModel(RooflineModel):
     def sim_config(self, sim):
         """`sim` (a SimConfig) with this host's contention, step noise (the measured excess of its
         jitter samples, unless `sim` asks for a log-normal jitter of its own), the runtime's
-        dispatch overhead and the remap time."""
+        dispatch overhead, the remap time and the KV copy on the two workers of a hand-off (the
+        shared-memory transport's copies are the workers' own CPU work)."""
         c, j = self.profile["contention"], self.profile["jitter"]
-        dispatch = self.profile.get("dispatch", {})
+        dispatch, kv = self.profile.get("dispatch", {}), self.profile["kv_transfer"]
         noise = tuple(j["excess_s"]) if "excess_s" in j and not sim.step_jitter_cv else ()
         return replace(
             sim,
@@ -166,6 +167,8 @@ class ProfiledModel(RooflineModel):
             dispatch_decode_s=dispatch.get("decode_s", 0.0),
             dispatch_prefill_s=dispatch.get("prefill_s", 0.0),
             remap_s=self.profile["fluidrole"]["shrink_s"],
+            kv_export_share=kv.get("export_share", 0.0),
+            kv_import_share=1.0 - kv["export_share"] if "export_share" in kv else 0.0,
         )
 
     def step_time(self, shape: StepShape) -> float:

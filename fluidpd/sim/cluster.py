@@ -72,6 +72,8 @@ class SimCluster(World):
         self._jitter_sigma = math.sqrt(math.log1p(config.step_jitter_cv**2))
         self._contended = config.contended
         self._runs: list[_Run] = []  # steps in flight, when contended
+        self._copying_from = [0.0] * config.n_workers  # a worker's booked KV copies (CPU transports) ...
+        self._copying_until = [0.0] * config.n_workers  # ... run from .. until
         self._progress = None
 
     def active(self) -> bool:
@@ -110,6 +112,7 @@ class SimCluster(World):
         elif self._jitter_sigma:
             duration *= float(self.rng.lognormal(-0.5 * self._jitter_sigma**2, self._jitter_sigma))
         duration += c.dispatch_decode_s if decode_only else c.dispatch_prefill_s
+        duration += self._copy_wait(w)  # KV copies queued on the worker before this step
         if self._contended:
             self._runs.append(_Run(w, plan, decode_only, duration, self.loop.now, self.loop.now))
             self._rerate()
@@ -141,8 +144,27 @@ class SimCluster(World):
         self.step_end(run.w, run.plan, self.loop.now - run.started_s)
 
     def transfer(self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg) -> None:
-        end = self.network.schedule(self.loop.now, tokens * self.kv_bytes_per_token, src.node, dst.node, dst.id, cls)
+        now, nbytes, c = self.loop.now, tokens * self.kv_bytes_per_token, self.config
+        end = self.network.schedule(now, nbytes, src.node, dst.node, dst.id, cls)
+        if c.kv_export_share or c.kv_import_share:  # the export, then the import (the destination's)
+            copy_s = self.network.link_s(nbytes, src.node, dst.node)
+            exported = self._copy(src, now, c.kv_export_share * copy_s)
+            self._copy(dst, now + c.kv_export_share * copy_s if exported else now, c.kv_import_share * copy_s)
         self.loop.at(end, EventKind.TRANSFER_END, done, arg)
+
+    def _copy(self, w: WorkerState, start_s: float, seconds: float) -> bool:
+        """Book `seconds` of KV copying on `w` from `start_s` (after its copies already booked)."""
+        if seconds <= 0:
+            return False
+        if self._copying_until[w.id] <= start_s:  # nothing booked still runs: a fresh window
+            self._copying_from[w.id] = start_s
+        self._copying_until[w.id] = max(start_s, self._copying_until[w.id]) + seconds
+        return True
+
+    def _copy_wait(self, w: WorkerState) -> float:
+        """What of `w`'s booked copies a step starting now waits out (none that start after it)."""
+        now = self.loop.now
+        return max(0.0, self._copying_until[w.id] - now) if now >= self._copying_from[w.id] else 0.0
 
     def run_phase(self, a: RunPhase, kv_blocks: int) -> None:
         took = self.config.phase_s(a.phase) if a.duration_s is None else a.duration_s

@@ -39,6 +39,11 @@ class Network:
         link = c.intra_node_bw if src_node == dst_node else c.inter_node_bw
         return link * c.class_caps[cls]
 
+    def link_s(self, nbytes: float, src_node: int, dst_node: int) -> float:
+        """Seconds `nbytes` take over the whole link, uncontended."""
+        c = self.config
+        return c.latency_s + nbytes / (c.intra_node_bw if src_node == dst_node else c.inter_node_bw)
+
     def schedule(self, now: float, nbytes: float, src_node: int, dst_node: int, dst: int, cls: str) -> float:
         """Book a transfer; returns the time it completes."""
         key = (dst, cls)

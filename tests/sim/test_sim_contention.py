@@ -55,3 +55,37 @@ def test_a_decode_step_among_prefills_uses_the_cross_kind_table():
     assert finished == pytest.approx([1.5, 1.5 + 1 - 0.5 / 3])
     del kw["contention_decode_cross"]
     assert run([0.0, 0.5], outputs=[2, 1], finish=True, **kw) == pytest.approx([1.5, 2.25])
+
+
+def handoff(arrivals, outputs, **sim_kw):
+    """1P:1D static-pd, every step 1 s, a request's KV 1 s over the link; the finish times."""
+    from fluidpd.sim.network import Network, NetworkConfig
+
+    setup = setup_8b(workers=2, hold_first_token=False, **sim_kw)
+    kv = setup.model.kv_bytes_per_token
+    metrics = MetricsCollector(setup.slo, finished=[])
+    c = SimCluster(
+        trace(arrivals, [16] * len(arrivals), outputs),
+        make_policy("static-pd", setup.policy),
+        lambda shape: 1.0,
+        kv,
+        1000,
+        Network(NetworkConfig(intra_node_bw=16 * kv, inter_node_bw=16 * kv, latency_s=0.0)),
+        metrics,
+        setup.sim,
+    )
+    c.run()
+    return sorted(r.finish_s for r in metrics.finished)
+
+
+def test_a_cpu_handoff_holds_both_workers_for_their_share_of_the_copy():
+    # Z (2 tokens): prefill 0-1 s on the prefill worker, KV 1-2 s, a decode step 2-3 s; B (1 token)
+    # queued behind Z: its prefill 1-2 s, or 1-3 s when the prefill worker spends 1-2 s exporting
+    assert handoff([0.0, 0.5], [2, 1]) == pytest.approx([2.0, 3.0])
+    assert handoff([0.0, 0.5], [2, 1], kv_export_share=1.0) == pytest.approx([3.0, 3.0])
+    # Z (4 tokens) decodes 2-3, 3-4, 4-5 s; A (2 tokens): prefill 1.5-2.5 s, KV 2.5-3.5 s, joins the
+    # 4-5 s step. Importing A's KV on the decode worker (from 2.5 s, or from 3 s after a half
+    # share exported) pushes its 3 s step to 4.5 s; Z's own import ran while it was idle
+    assert handoff([0.0, 1.5], [4, 2]) == pytest.approx([5.0, 5.0])
+    assert handoff([0.0, 1.5], [4, 2], kv_import_share=1.0) == pytest.approx([5.5, 5.5])
+    assert handoff([0.0, 1.5], [4, 2], kv_export_share=0.5, kv_import_share=0.5) == pytest.approx([5.5, 5.5])
