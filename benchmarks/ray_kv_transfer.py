@@ -1,7 +1,10 @@
 """KV across Ray nodes vs shared memory on one node, and a small trace on `--backend ray` vs processes.
 
 A local two-node Ray cluster (`ray.cluster_utils.Cluster`, both nodes on this machine: what crosses
-"nodes" here goes through the object store, not a network). Part 1: one request holding N tokens
+"nodes" here goes through the object store, not a network). Part 0: the two paths the Ray backend
+could move KV by, raw bytes of each KV size between probe actors on the two nodes
+(`fluidpd.runtime.ray_links.measure_links`): the object store (`ray.put` / `ray.get`) and a
+`ray.util.collective` gloo group (send / recv). Part 1: one request holding N tokens
 of SmolLM2 KV is handed between two workers, export_kv + the handle + import_kv timed at the
 coordinator, median of `--repeats` hops per size: RayWorkers on different nodes through the "ray"
 transport (the object store) against ProcessWorkers through shared memory ("shm"). Part 2: the
@@ -31,10 +34,12 @@ from fluidpd.policy.base import PolicyConfig
 from fluidpd.runtime.backend import make_worker, start_workers
 from fluidpd.runtime.build import build_coordinator
 from fluidpd.runtime.config import RuntimeConfig
+from fluidpd.runtime.ray_links import measure_links
 from fluidpd.runtime.ray_worker import RayPlacement
 from fluidpd.runtime.transport.ray import require_ray
 
 CONFIG = EngineConfig(num_kv_blocks=256, max_model_len=4096, max_num_seqs=16)
+KV_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 4  # SmolLM2: layers x (K, V) x KV heads x head dim x fp32
 
 
 def hops(workers, via: str | None, tokens: int, repeats: int) -> tuple[float, int]:
@@ -90,6 +95,14 @@ def main() -> None:
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         placement = RayPlacement.create(2)
+        paths: dict[str, dict[int, float]] = {}
+        for n in args.tokens:
+            nbytes = n * KV_BYTES_PER_TOKEN
+            links = measure_links(placement.group, nbytes, args.repeats, collective=True)
+            for path, b in links.bandwidth.items():
+                paths.setdefault(path, {})[n] = b
+            print(f"raw {n:5d} tokens ({nbytes / 1e6:.1f} MB) between the nodes: " + ", ".join(
+                f"{k} {v / 1e9:.2f} GB/s" for k, v in links.bandwidth.items()))  # fmt: skip
         pairs = {
             "ray (object store, across nodes)": ([make_worker("ray", i, CONFIG, placement=placement) for i in (0, 1)],
                                                  "ray"),
@@ -124,8 +137,11 @@ def main() -> None:
         cluster.shutdown()
     big = max(args.tokens)
     across, local = (bw[name][big] for name in bw)
+    store, gloo = paths["object_store"][big], paths["gloo"][big]
     print(
-        f"headline: KV at {big} tokens {across / 1e9:.2f} GB/s across Ray nodes vs {local / 1e9:.2f} "
+        f"headline: raw {big}-token KV between nodes: object store {store / 1e9:.2f} GB/s, gloo "
+        f"{gloo / 1e9:.2f} GB/s ({gloo / store:.2f}x); "
+        f"KV at {big} tokens {across / 1e9:.2f} GB/s across Ray nodes vs {local / 1e9:.2f} "
         f"GB/s over shared memory ({across / local:.2f}x); TTFT p50 ray/process "
         f"{e2e['ray']['ttft_p50'] / e2e['process']['ttft_p50']:.2f}x, TBT p50 "
         f"{e2e['ray']['tbt_p50'] / e2e['process']['tbt_p50']:.2f}x"

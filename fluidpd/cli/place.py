@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -43,6 +44,10 @@ def register(sub) -> None:
     p.add_argument("--ttft-slo", type=positive(float), help="seconds")
     p.add_argument("--tpot-slo", type=positive(float), help="seconds")
     add_flags(p, PlaceConfig)
+    p.add_argument(
+        "--ray-address",
+        help="measure the KV bandwidth between two nodes of this Ray cluster (auto | HOST:PORT) and place with it",
+    )
     p.add_argument("--top", type=int, default=5, help="candidates shown per phase (default: 5)")
     p.add_argument("--out", type=Path, help="write the placement as JSON")
     p.add_argument("--plot", type=Path, help="goodput-per-GPU plot of the candidates (PNG)")
@@ -68,6 +73,12 @@ def run(args) -> int:
 
     workload = fit_history(history, args.replay)
     model, hw = get_model(args.model, args.dtype), get_hardware(args.gpu)
+    if args.ray_address:
+        from fluidpd.runtime.ray_links import cluster_links
+
+        links = cluster_links(args.ray_address)
+        print(f"inter-node KV link: {links.describe()} (the {hw.name} spec says {hw.internode_bw / 1e9:.2f} GB/s)")
+        hw = replace(hw, internode_bw=links.inter_node_bw)
     slo = Slo(args.ttft_slo, args.tpot_slo)
     with tqdm(desc="placement", unit="config", file=sys.stderr, delay=1.0, leave=False) as bar:
 

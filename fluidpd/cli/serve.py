@@ -56,7 +56,12 @@ def configs(args: argparse.Namespace) -> tuple[EngineConfig, RuntimeConfig, Serv
 
 def run(args: argparse.Namespace) -> int:
     engine, runtime, serve = configs(args)
-    runtime, why = placed_runtime(args, engine, runtime)
+    placement = links = None
+    if runtime.backend == "ray":
+        from fluidpd.runtime.ray_links import ray_placement
+
+        placement, links = ray_placement(runtime, engine.device.startswith("cuda"), _say)
+    runtime, why = placed_runtime(args, engine, runtime, links)
     if why:
         _say(why)
     try:
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ValueError(f"serving needs the serve extras (pip install 'fluidpd[serve]'): {exc}") from None
     t0 = time.perf_counter()
-    coordinator = build_coordinator(engine, runtime, serve.served_model_name or engine.model)
+    coordinator = build_coordinator(engine, runtime, serve.served_model_name or engine.model, placement=placement)
     _say(
         f"serving {coordinator.model_name!r} (max_model_len {coordinator.max_model_len}) ready in "
         f"{time.perf_counter() - t0:.1f} s"

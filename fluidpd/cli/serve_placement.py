@@ -3,7 +3,9 @@
 `auto` runs the placement search of `fluidpd simulate --placement auto` on this host's profile
 (`--gpu cpu-host`): every split of the `--workers` simulated under static-pd on `--placement-history`
 seconds of `--placement-trace` at `--placement-rate-scale`, with the served SLOs, the highest joint
-attainment kept. FILE: a `fluidpd place --out` JSON, whose prefill share of GPUs is kept.
+attainment kept; on `--backend ray` with workers on several nodes, each simulated worker sits on
+its bundle's node and KV crosses nodes at the bandwidth measured at start. FILE: a `fluidpd place
+--out` JSON, whose prefill share of GPUs is kept.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ def add_placement_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def placed_runtime(args: argparse.Namespace, engine, runtime):
-    """`runtime` with the prefill workers `--placement` picks (unchanged without the flag); a line saying why."""
+def placed_runtime(args: argparse.Namespace, engine, runtime, links=None):
+    """`runtime` with the prefill workers `--placement` picks (unchanged without the flag); a line
+    saying why. `links` (a Ray placement's measured RayLinks): the search puts each worker on its
+    bundle's node and moves KV between nodes at the measured bandwidth."""
     if not args.placement:
         return runtime, None
     if runtime.workers < 2 or runtime.policy not in ("static-pd", "fluidpd", None):
@@ -43,12 +47,14 @@ def placed_runtime(args: argparse.Namespace, engine, runtime):
     profile = shipped_profile("cpu-host")
     if profile is None or profile["engine"]["model"] != engine.model:
         raise ValueError(f"--placement auto needs a host profile of {engine.model!r} (fluidpd profile)")
-    setup = Setup(
-        get_model(profile["model"]["spec"], "fp32"),
+    hw, sim = (
         get_hardware("cpu-host"),
-        runtime.slo,
-        sim=SimConfig(n_workers=runtime.workers, prefill_kv_fraction=runtime.prefill_kv_fraction),
-        policy=replace(runtime.scheduling),
+        SimConfig(n_workers=runtime.workers, prefill_kv_fraction=runtime.prefill_kv_fraction),
+    )
+    if links is not None and links.inter_node_bw is not None:
+        hw, sim = replace(hw, internode_bw=links.inter_node_bw), replace(sim, worker_nodes=tuple(links.nodes))
+    setup = Setup(
+        get_model(profile["model"]["spec"], "fp32"), hw, runtime.slo, sim=sim, policy=replace(runtime.scheduling)
     )
     history = load_trace(args.placement_trace).scale_rate(args.placement_rate_scale)
     history = history.window(0.0, args.placement_history)

@@ -48,11 +48,17 @@ def serving_max_model_len(engine, runtime: RuntimeConfig, requested: int | None)
 
 
 def build_coordinator(
-    config, runtime: RuntimeConfig, model_name: str | None = None, log=None, profile: EngineProfile | None = None
+    config,
+    runtime: RuntimeConfig,
+    model_name: str | None = None,
+    log=None,
+    profile: EngineProfile | None = None,
+    placement=None,
 ) -> Coordinator:
     """Start `runtime.workers` engines of `config` (after profiling one in this process, unless a
     `profile` is given) and return the coordinator (not yet started: `await coordinator.start()`
-    inside the serving event loop). `model_name`: the name clients use (default: `config.model`)."""
+    inside the serving event loop). `model_name`: the name clients use (default: `config.model`).
+    `placement`: where Ray workers go (`ray_placement`; default: reserved here)."""
     import torch
 
     from fluidpd.core.memory import rss_bytes
@@ -85,11 +91,10 @@ def build_coordinator(
     shared: dict = {"model": model, "tokenizer": tokenizer} if runtime.backend == "inprocess" else {}
     del probe
     if runtime.backend == "ray":
-        from fluidpd.runtime.ray_worker import RayPlacement, connect_ray
+        from fluidpd.runtime.ray_links import ray_placement
 
-        ray = connect_ray(runtime.address, num_cpus=runtime.workers)
-        shared["placement"] = RayPlacement.create(runtime.workers, gpus=str(config.device).startswith("cuda"))
-        log(f"Ray cluster: {len(ray.nodes())} node(s), {ray.cluster_resources().get('CPU', 0):g} CPUs")
+        gpus = str(config.device).startswith("cuda")
+        shared["placement"] = placement or ray_placement(runtime, gpus, log)[0]
 
     def spawn(i: int):
         return make_worker(runtime.backend, i, config, **shared)

@@ -86,12 +86,15 @@ class RayPlacement:
     bundle: dict  # resources of one bundle, e.g. {"CPU": 1}
 
     @classmethod
-    def create(cls, workers: int, gpus: bool = False, timeout_s: float = 120.0) -> RayPlacement:
+    def create(
+        cls, workers: int, gpus: bool = False, timeout_s: float = 120.0, strategy: str = "SPREAD"
+    ) -> RayPlacement:
+        """`strategy`: Ray's; STRICT_SPREAD puts every bundle on a node of its own."""
         ray = require_ray()
         from ray.util.placement_group import placement_group
 
         bundle = {"CPU": 1, "GPU": 1} if gpus else {"CPU": 1}
-        group = placement_group([dict(bundle) for _ in range(workers)], strategy="SPREAD")
+        group = placement_group([dict(bundle) for _ in range(workers)], strategy=strategy)
         ready, _ = ray.wait([group.ready()], timeout=timeout_s)
         if not ready:
             raise WorkerStartError(

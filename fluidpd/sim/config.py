@@ -14,6 +14,9 @@ class SimConfig:
     n_workers: int = knob(8, "engine instances", flag="--workers")
     tp: int = knob(1, "GPUs per worker (tensor parallel)")
     gpus_per_node: int = knob(8, "GPUs per node (KV crosses the NIC between nodes)")
+    # the node of each worker where a measured placement says (a Ray cluster's bundles); empty:
+    # workers fill nodes of `gpus_per_node` GPUs in order
+    worker_nodes: tuple[int, ...] = ()
     block_size: int = 16
     gpu_memory_utilization: float = knob(0.95, "share of GPU memory the engine may use (as vLLM)")
     scratch_fraction: float = 0.02  # of GPU memory kept for activations
@@ -42,6 +45,11 @@ class SimConfig:
     step_noise_s: tuple[float, ...] = ()
     dispatch_decode_s: float = 0.0
     dispatch_prefill_s: float = 0.0
+    # the share of a KV move's link time its source and its destination spend copying (a CPU
+    # transport: the copy runs in the worker between its steps, so its next step waits for it);
+    # GPUs move KV by DMA and keep 0
+    kv_export_share: float = 0.0
+    kv_import_share: float = 0.0
     # the host measured this much slower (> 1) or faster than its profile just before a run, by
     # step kind (a drift probe: shared machines change speed over hours)
     step_scale_decode: float = 1.0
@@ -50,6 +58,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.n_workers < 1 or self.tp < 1 or self.gpus_per_node < 1:
             raise ValueError("workers, tp and gpus_per_node must be >= 1")
+        if self.worker_nodes and len(self.worker_nodes) != self.n_workers:
+            raise ValueError(f"worker_nodes names {len(self.worker_nodes)} nodes for {self.n_workers} workers")
         if self.block_size < 1:
             raise ValueError("block_size must be >= 1")
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -74,6 +84,8 @@ class SimConfig:
             raise ValueError("contention factors must be > 0")
         if min(self.dispatch_decode_s, self.dispatch_prefill_s) < 0:
             raise ValueError("dispatch overheads must be >= 0")
+        if not (0 <= self.kv_export_share <= 1 and 0 <= self.kv_import_share <= 1):
+            raise ValueError("KV copy shares must be in [0, 1]")
         if min(self.step_scale_decode, self.step_scale_prefill) <= 0:
             raise ValueError("step scales must be > 0")
 
@@ -96,6 +108,8 @@ class SimConfig:
         return (1 - x) * same + x * _factor(table, busy)
 
     def node_of(self, worker: int) -> int:
+        if self.worker_nodes:
+            return self.worker_nodes[worker]
         return worker * self.tp // self.gpus_per_node
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -11,12 +12,17 @@ import pytest
 from fluidpd.cli import build_parser
 from fluidpd.cli.serve import configs
 from fluidpd.cli.serve_placement import placed_runtime
+from fluidpd.runtime.ray_links import RayLinks
 
 
-def _placed(*argv: str):
+def _placed(*argv: str, links=None):
     args = build_parser().parse_args(["serve", *argv])
     engine, runtime, _ = configs(args)
-    return placed_runtime(args, engine, runtime)
+    return placed_runtime(args, engine, runtime, links)
+
+
+def _attainment(why: str) -> float:
+    return float(re.search(r"static-pd attainment ([0-9.]+)%", why).group(1))
 
 
 def test_auto_picks_a_split_by_simulating_this_host():
@@ -48,3 +54,16 @@ def test_without_the_flag_nothing_changes_and_bad_uses_fail():
         _placed("--workers", "1", "--placement", "auto")
     with pytest.raises(ValueError, match="P/D policy"):
         _placed("--workers", "4", "--policy", "chunked", "--placement", "auto")
+
+
+def test_auto_on_ray_nodes_moves_kv_over_the_measured_link():
+    """Workers on two Ray nodes whose link was measured slow: the search simulates each worker on
+    its bundle's node, so KV handed across nodes costs seconds and the best split attains less."""
+    argv = ("--workers", "4", "--policy", "static-pd", "--placement", "auto", "--ttft-slo", "10")
+    _, local = _placed(*argv)
+    slow = RayLinks(nodes=[0, 1, 0, 1], bandwidth={"object_store": 2e6}, nbytes=8 << 20)  # 2 MB/s
+    _, across = _placed(*argv, links=slow)
+    one_node = RayLinks(nodes=[0, 0, 0, 0])  # nothing measured: the host profile's link
+    _, same = _placed(*argv, links=one_node)
+    assert same == local
+    assert _attainment(across) < _attainment(local) - 5

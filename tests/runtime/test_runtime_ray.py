@@ -138,3 +138,31 @@ def test_a_killed_actor_is_a_lost_worker_and_is_replaced(setup):
     (loss,) = state["losses"]
     assert loss["restarted"] >= 1 and state["workers_down"] == [] and state["outstanding"] == 0
     assert all(w["kv_blocks_used"] == 0 for w in state["workers"])
+
+
+def test_the_links_between_nodes_are_measured_both_ways(cluster):
+    from fluidpd.runtime.ray_links import measure_links
+    from fluidpd.runtime.ray_worker import RayPlacement
+
+    placement = RayPlacement.create(2, strategy="STRICT_SPREAD")
+    try:
+        links = measure_links(placement.group, nbytes=8 << 20, repeats=2, collective=True)
+    finally:
+        placement.remove()
+    assert links.nodes == [0, 1]
+    assert set(links.bandwidth) == {"object_store", "gloo"}
+    assert min(links.bandwidth.values()) > 1e7  # bytes/s: both paths moved the 8 MiB
+    assert links.inter_node_bw == links.bandwidth["object_store"]
+    assert "2 nodes; KV across nodes measured (8 MiB)" in links.describe()
+
+
+def test_place_reads_the_cluster_link(cluster, capsys):
+    from fluidpd.cli import main
+
+    argv = ["place", "--model", "smollm2-135m", "--dtype", "fp32", "--gpu", "cpu-host", "--nodes", "2"]
+    argv += ["--gpus-per-node", "2", "--trace", "azure_conv", "--duration", "120", "--ttft-slo", "20"]
+    argv += ["--tpot-slo", "0.5", "--rate", "0.2", "--algorithm", "auto", "--ray-address", cluster.address]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "inter-node KV link: 2 nodes; KV across nodes measured" in out
+    assert "the cpu-host spec says" in out
