@@ -6,8 +6,8 @@ For each policy: start `fluidpd serve` (SmolLM2, 4 worker processes, 1 prefill w
 admission off so every system sees every request), replay the trace window with the `fluidpd bench`
 client (open loop, streaming: TTFT and every gap measured at the client), stop the server; then
 simulate the requests the client sent on this host's profile (`--gpu cpu-host`), same policy,
-SLOs and workers, its step times scaled by a drift probe of the host taken just before the run
-(see `sim_fidelity.py`). Prints joint and strict attainment, P99 TTFT and P99 TBT (over all gaps), real
+SLOs and workers, at the step scales that fit a calibration window the same server served first
+(as `sim_fidelity.py` does). Prints joint and strict attainment, P99 TTFT and P99 TBT (over all gaps), real
 and simulated; writes the rows (JSON) and bar plots (PNG); the headline is the last line.
 
     cd benchmarks && ../.venv/bin/python runtime_table1.py [--trace azure_code:0.1@9100] [--duration 150]
@@ -20,10 +20,22 @@ import json
 import sys
 from pathlib import Path
 
-from sim_fidelity import drift_now, parse_trace, real_run, sent_trace, sim_run
+from sim_fidelity import (
+    add_calibrate_flag,
+    calibrated,
+    calibration_window,
+    parse_trace,
+    real_run,
+    sent_trace,
+    setup_of,
+    sim_run,
+)
 
+from fluidpd.bench.loadgen import collect
 from fluidpd.bench.plots import bars_plot
+from fluidpd.core.metrics import Slo
 from fluidpd.runtime.config import RuntimeConfig
+from fluidpd.runtime.steplog import read_step_log
 from fluidpd.workload.registry import load_trace
 
 SYSTEMS = ("chunked", "static-pd", "fluidpd")
@@ -44,24 +56,27 @@ def main() -> None:
     ap.add_argument("--prefill-workers", type=int, default=1)
     ap.add_argument("--policies", nargs="+", default=list(SYSTEMS))
     ap.add_argument("--out", type=Path, default=Path("results/runtime_table1"))
+    add_calibrate_flag(ap)
     args = ap.parse_args()
     defaults = RuntimeConfig()
     args.ttft_slo, args.tbt_slo = defaults.ttft_slo_s, defaults.tbt_slo_s
     args.out.mkdir(parents=True, exist_ok=True)
     name, rate, start = parse_trace(args.trace)
     trace = load_trace(name).shaped(rate, args.duration, args.max_requests, start)
+    calibration = calibration_window(name, rate, start, args)
     rows = {}
     for i, policy in enumerate(args.policies):
         print(f"{policy}: {len(trace)} requests of {args.trace} through the server ...", file=sys.stderr, flush=True)
         step_log = args.out / f"steps_{policy}.jsonl"
-        drift = drift_now()
-        real_mc, results, real_tr = real_run(trace, name, policy, 8250 + i, args, step_log)
-        sim_mc, sim_tr = sim_run(sent_trace(results, name), policy, args, drift)
-        n = len(results)
+        run = real_run(trace, calibration, name, policy, 8250 + i, args, step_log)
+        scales, _ = calibrated(run | {"steps": read_step_log(str(step_log))}, args)
+        setup = setup_of(args, scales, run["prefill_workers"])
+        sim_mc, sim_tr = sim_run(sent_trace(run["results"], name), policy, setup)
+        real_mc, n = collect(run["results"], Slo(args.ttft_slo, args.tbt_slo)), len(run["results"])
         rows[policy] = {
             "requests": n,
-            "drift": drift,
-            "real": row(real_mc.summary(n)) | {"transitions": real_tr},
+            "scales": scales,
+            "real": row(real_mc.summary(n)) | {"transitions": run["transitions"]},
             "sim": row(sim_mc.summary(n)) | {"transitions": sim_tr},
         }
     setting = {"trace": args.trace, "duration_s": args.duration, "slo": [args.ttft_slo, args.tbt_slo],
@@ -84,7 +99,8 @@ def main() -> None:
             f"{policy:10} {r['requests']:>8} {re['attainment']:>7.1%} ({si['attainment']:>5.1%}) "
             f"{re['strict_attainment']:>7.1%} ({si['strict_attainment']:>5.1%}) "
             f"{re['ttft_p99_s'] * 1e3:>8.0f} ({si['ttft_p99_s'] * 1e3:>6.0f}) "
-            f"{re['tbt_p99_s'] * 1e3:>7.0f} ({si['tbt_p99_s'] * 1e3:>5.0f}) {re['transitions']:>5}/{si['transitions']}"
+            f"{re['tbt_p99_s'] * 1e3:>7.0f} ({si['tbt_p99_s'] * 1e3:>5.0f}) "
+            f"{len(re['transitions']):>5}/{len(si['transitions'])}"
         )
     print("(real (sim)); rows and plots in", args.out)
     print(

@@ -183,6 +183,19 @@ def stats(mc, requests: int) -> dict:
     }
 
 
+def calibration_window(name: str, rate: float, start: float, args) -> Trace:
+    """The trace served to calibrate before the evaluated window: `--calibrate-s` of it right after
+    that window, at the same rate."""
+    return load_trace(name).shaped(rate, args.calibrate_s, args.max_requests, start + args.duration)
+
+
+def calibrated(case: dict, args) -> tuple[dict, list]:
+    """The step scales that fit a run's calibration-window steps, and the run's evaluated steps."""
+    n = case["calibration_steps"]
+    scales = speed_level(case["steps"][:n], setup_of(args, prefill_workers=case["prefill_workers"]))
+    return scales, case["steps"][n:]
+
+
 def measure_cases(args):
     """Each trace x policy through a fresh server; yields what the simulator needs of the run
     (and saves it in --out: client results, step log, calibration, transitions)."""
@@ -190,8 +203,7 @@ def measure_cases(args):
     for spec in args.traces:
         name, rate, start = parse_trace(spec)
         trace = load_trace(name).shaped(rate, args.duration, args.max_requests, start)
-        # the calibration window: the trace right after the evaluated one, at the same rate
-        calibration = load_trace(name).shaped(rate, args.calibrate_s, args.max_requests, start + args.duration)
+        calibration = calibration_window(name, rate, start, args)
         for policy in args.policies:
             port += 1
             print(
@@ -229,12 +241,10 @@ def evaluate(case: dict, args, baseline: dict | None = None) -> dict:
     spec, policy, results = case["trace"], case["policy"], case["results"]
     name = parse_trace(spec)[0]
     slo = Slo(args.ttft_slo, args.tbt_slo)
-    n_cal = case["calibration_steps"]
-    calibration, steps_log = case["steps"][:n_cal], case["steps"][n_cal:]
     split = case["prefill_workers"]
-    scales = speed_level(calibration, setup_of(args, prefill_workers=split))
+    scales, steps_log = calibrated(case, args)
     steps = step_check(steps_log, setup_of(args, scales, split))
-    print(f"{spec} / {policy}: calibrated step scales {scales} ({n_cal} steps)", file=sys.stderr)
+    print(f"{spec} / {policy}: calibrated step scales {scales} ({case['calibration_steps']} steps)", file=sys.stderr)
     for kind, c in steps.items():
         line = " ".join(f"{k} {v:.3g}" for k, v in c.items()) if isinstance(c, dict) else f"{c:.3g}"
         print(f"  {kind:8} {line}", file=sys.stderr, flush=True)
@@ -258,6 +268,10 @@ def evaluate(case: dict, args, baseline: dict | None = None) -> dict:
             "run_speed": speed, "transitions": transitions_, "steps": steps}  # fmt: skip
 
 
+def add_calibrate_flag(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--calibrate-s", type=float, default=10.0, help="seconds of trace served to calibrate first")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -275,7 +289,7 @@ def main() -> None:
     ap.add_argument("--ttft-slo", type=float, default=10.0)
     ap.add_argument("--tbt-slo", type=float, default=0.6)
     ap.add_argument("--out", type=Path, default=Path("results/sim_fidelity"))
-    ap.add_argument("--calibrate-s", type=float, default=10.0, help="seconds of trace served to calibrate first")
+    add_calibrate_flag(ap)
     ap.add_argument("--resim", action="store_true", help="re-simulate the real runs saved in --out (no server)")
     ap.add_argument("--baseline", type=Path, help="an earlier --out: its real runs against these (run to run)")
     args = ap.parse_args()

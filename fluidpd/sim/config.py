@@ -50,8 +50,8 @@ class SimConfig:
     # GPUs move KV by DMA and keep 0
     kv_export_share: float = 0.0
     kv_import_share: float = 0.0
-    # the host measured this much slower (> 1) or faster than its profile just before a run, by
-    # step kind (a drift probe: shared machines change speed over hours)
+    # the host ran this much slower (> 1) or faster than its profile, by step kind, as a window
+    # the runtime served just before says (shared machines change speed over hours)
     step_scale_decode: float = 1.0
     step_scale_prefill: float = 1.0
 

@@ -34,15 +34,16 @@ class Network:
     busy_until: dict = field(default_factory=dict)  # (dst, class) -> time the channel frees
     bytes_moved: dict = field(default_factory=dict)  # class -> bytes
 
-    def bandwidth(self, src_node: int, dst_node: int, cls: str) -> float:
+    def link_bw(self, src_node: int, dst_node: int) -> float:
         c = self.config
-        link = c.intra_node_bw if src_node == dst_node else c.inter_node_bw
-        return link * c.class_caps[cls]
+        return c.intra_node_bw if src_node == dst_node else c.inter_node_bw
+
+    def bandwidth(self, src_node: int, dst_node: int, cls: str) -> float:
+        return self.link_bw(src_node, dst_node) * self.config.class_caps[cls]
 
     def link_s(self, nbytes: float, src_node: int, dst_node: int) -> float:
         """Seconds `nbytes` take over the whole link, uncontended."""
-        c = self.config
-        return c.latency_s + nbytes / (c.intra_node_bw if src_node == dst_node else c.inter_node_bw)
+        return self.config.latency_s + nbytes / self.link_bw(src_node, dst_node)
 
     def schedule(self, now: float, nbytes: float, src_node: int, dst_node: int, dst: int, cls: str) -> float:
         """Book a transfer; returns the time it completes."""

@@ -45,6 +45,7 @@ def test_small_profile_measures_every_part():
     assert len(excess) == 20 and excess == sorted(excess) and excess[0] <= 0 <= excess[-1]
     assert 0 < p["dispatch"]["decode_s"] < 0.1 and 0 < p["dispatch"]["prefill_s"] < 0.1
     assert p["kv_transfer"]["bandwidth_Bps"] > 1e7 and len(p["kv_transfer"]["points"]) == 2
+    assert 0 < p["kv_transfer"]["export_share"] < 1  # both sides copy
     assert p["fluidrole"]["shrink_s"] > 0
     c = p["contention"]
     assert c["decode"][0] == 1.0 and len(c["decode"]) == len(c["prefill"]) == 2

@@ -106,6 +106,9 @@ def test_shipped_cpu_host_profile_drives_the_simulator():
     assert sim.step_noise_s == tuple(profile["jitter"]["excess_s"]) and sim.step_jitter_cv == 0
     assert lat.sim_config(SimConfig(step_jitter_cv=0.1)).step_noise_s == ()
     assert 0 < sim.dispatch_decode_s < 0.05 and 0 < sim.dispatch_prefill_s < 0.05
+    # a shared-memory hand-off is both workers' CPU work: the export share on the source, the rest on the destination
+    assert sim.kv_export_share == profile["kv_transfer"]["export_share"] > 0
+    assert sim.kv_export_share + sim.kv_import_share == pytest.approx(1.0)
     assert isinstance(latency_model(model, get_hardware("h100")), RooflineModel)
     with pytest.raises(ValueError, match="profiled for smollm2-135m"):
         latency_model(get_model("llama-3.1-8b"), hw)
