@@ -49,6 +49,7 @@ def cluster(probe, policy: str, workers: int, max_model_len: int | None = None):
         backend="inprocess",
         ttft_slo_s=30,
         tbt_slo_s=5,
+        admit_ttft_factor=0,  # admission control is not the subject: a slow host must not 429
         scheduling=PolicyConfig(prefill_workers=1),
     )
     return build_coordinator(config, runtime, log=lambda m: None, profile=profile)

@@ -56,6 +56,7 @@ def coordinator(setup, policy: str, workers: int = 3):
         policy=policy,
         backend="ray",
         tbt_slo_s=0.5,
+        admit_ttft_factor=0,  # admission control is not the subject: a slow host must not 429
         heartbeat_timeout_s=5.0,  # actors share 2 cores with two raylets
         scheduling=PolicyConfig(prefill_workers=1, max_num_seqs=16),
     )

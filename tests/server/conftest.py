@@ -31,7 +31,8 @@ def make_runtime():
     from fluidpd.runtime.config import RuntimeConfig
 
     config = EngineConfig(model="smollm2", max_model_len=MAX_MODEL_LEN, num_kv_blocks=NUM_KV_BLOCKS)
-    return build_coordinator(config, RuntimeConfig(workers=1, backend="inprocess"), log=lambda m: None)
+    runtime = RuntimeConfig(workers=1, backend="inprocess", admit_ttft_factor=0)  # the overload tests turn it on
+    return build_coordinator(config, runtime, log=lambda m: None)
 
 
 @pytest.fixture(scope="session")

@@ -120,7 +120,7 @@ def test_the_server_is_healthy_after_the_fuzz(fuzzed):
     body = {"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0, "ignore_eos": True}
     r = httpx.post(fuzzed.url + "/v1/completions", json=body, timeout=60)
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4, r.text
-    rt, deadline = fuzzed.runtime, time.monotonic() + 20  # an abort is finished off the request
+    rt, deadline = fuzzed.runtime, time.monotonic() + 300  # an abort is finished off the request
     while True:
         state = rt.cluster_state()
         used = [w["kv_blocks_used"] for w in state["workers"]]

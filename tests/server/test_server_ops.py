@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-import time
 
 import httpx
 import openai
 import pytest
+from serverhelp import idle, metric
 
 NAMES = [
     "fluidpd:time_to_first_token_seconds",
@@ -26,25 +26,6 @@ NAMES = [
 ]
 
 
-def _metric(text: str, name: str, labels: str = "") -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if labels and labels not in line:
-                continue
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def _idle(runtime, timeout_s: float = 20.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        snap = runtime.metrics_snapshot()
-        if (snap["num_requests_running"], snap["num_requests_waiting"]) == (0, 0) or time.monotonic() > deadline:
-            return snap
-        time.sleep(0.05)
-
-
 def test_health(served):
     assert httpx.get(served.url + "/health").status_code == 200
 
@@ -56,9 +37,9 @@ def test_metrics_names_and_ttft_count_grows(served, client, model):
     for name in NAMES:
         assert re.search(rf"^{re.escape(name)}(_bucket|_count|_sum)?[{{ ]", after, re.M), name
     count = "fluidpd:time_to_first_token_seconds_count"
-    assert _metric(after, count) == _metric(before, count) + 1
-    assert _metric(after, "fluidpd:generation_tokens_total") >= _metric(before, "fluidpd:generation_tokens_total") + 3
-    assert _metric(after, "fluidpd:request_success_total", 'finish_reason="length"') >= 1
+    assert metric(after, count) == metric(before, count) + 1
+    assert metric(after, "fluidpd:generation_tokens_total") >= metric(before, "fluidpd:generation_tokens_total") + 3
+    assert metric(after, "fluidpd:request_success_total", 'finish_reason="length"') >= 1
     assert 'role="colocated"' in after and 'worker="0"' in after
 
 
@@ -163,18 +144,18 @@ def test_stream_disconnect_aborts_the_request(served, model):
                 seen += 1
                 if seen == 2:
                     break
-    snap = _idle(served.runtime)
+    snap = idle(served.runtime)
     assert (snap["num_requests_running"], snap["num_requests_waiting"]) == (0, 0)
     after = httpx.get(served.url + "/metrics").text
     key = ("fluidpd:request_success_total", 'finish_reason="abort"')
-    assert _metric(after, *key) == _metric(before, *key) + 1
+    assert metric(after, *key) == metric(before, *key) + 1
 
 
 def test_non_stream_disconnect_aborts_the_request(served, model):
     body = {"model": model, "prompt": "Tell me a long story.", "max_tokens": 300, "ignore_eos": True}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(served.url + "/v1/completions", json=body, timeout=1.5)
-    snap = _idle(served.runtime)
+    snap = idle(served.runtime)
     assert (snap["num_requests_running"], snap["num_requests_waiting"]) == (0, 0)
 
 
@@ -196,7 +177,7 @@ def test_engine_failure_fails_requests_visibly_and_the_runtime_carries_on(served
     assert httpx.get(served.url + "/health").status_code == 200
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=3, temperature=0)
     assert r.choices[0].text  # the runtime serves again
-    snap = _idle(served.runtime)
+    snap = idle(served.runtime)
     assert all(u == 0 for u in snap["kv_cache_usage"].values())
 
 
