@@ -1,0 +1,175 @@
+"""The examples of docs/*.md run or parse, and every relative link of the README and docs/ resolves.
+
+Every fenced `bash` and `python` block of a docs page is tested; its first line says how (the
+convention is written down for docs writers in docs/index.md, "The examples on these pages are
+tested"):
+
+* no marker: each command runs as written from a scratch directory and must succeed (commands that
+  finish in under a minute; RUN_TIMEOUT_S leaves room for a busy machine);
+* `# parse-only` (or `# parse-only: why`): each command is a `fluidpd` command line, parsed by
+  `fluidpd.cli.build_parser()` (flags and values must exist) and not run;
+* `# server`: the block talks to `make run`'s server, which the test starts (as test_readme does).
+
+Blocks in any other language (`text`) are not run. Links: every `[text](target)` outside code
+whose target is not a URL must name an existing file, and its `#anchor`, when it names a Markdown
+file, one of that file's headings.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import doc_examples
+import pytest
+import yaml
+from doc_examples import ROOT, check_http, check_python, commands, fenced_blocks, run
+
+server = doc_examples.server  # `make run`'s server: a module-scoped fixture (usefixtures below)
+
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.glob("*.md"))
+RUN_TIMEOUT_S = 120
+MODES = {"# parse-only": "parse", "# server": "server"}
+
+
+@dataclass(frozen=True)
+class Example:
+    page: str
+    lang: str
+    mode: str  # run | parse | server
+    body: str
+
+    @property
+    def commands(self) -> list[str]:
+        return commands(self.body) if self.lang == "bash" else [self.body]
+
+
+def mode(body: str) -> str:
+    first = body.split("\n", 1)[0].strip()
+    return next((m for marker, m in MODES.items() if first == marker or first.startswith(marker + ":")), "run")
+
+
+EXAMPLES = [
+    Example(page.name, lang, mode(body), body)
+    for page in PAGES
+    for lang, body in fenced_blocks(page.read_text())
+    if lang in ("bash", "python")
+]
+
+
+def cases(wanted: str) -> list:
+    return [
+        pytest.param(cmd, id=f"{ex.page}:{cmd[:60]}")
+        for ex in EXAMPLES
+        if ex.mode == wanted
+        for cmd in ex.commands
+        if ex.lang == "bash"
+    ]
+
+
+def python_cases(wanted: str) -> list:
+    return [
+        pytest.param(ex.body, id=f"{ex.page}:python{i}")
+        for i, ex in enumerate(EXAMPLES)
+        if ex.mode == wanted and ex.lang == "python"
+    ]
+
+
+def test_every_example_is_one_this_test_knows():
+    assert {ex.mode for ex in EXAMPLES} == {"run", "parse", "server"}
+    for ex in EXAMPLES:
+        for cmd in ex.commands if ex.lang == "bash" else []:
+            if ex.mode == "server":
+                assert cmd.startswith(("curl ", "fluidpd bench ")), f"{ex.page}: not an HTTP example: {cmd}"
+            else:
+                assert cmd.startswith("fluidpd "), f"{ex.page}: only fluidpd commands run or parse here: {cmd}"
+        if ex.lang == "python":
+            assert ex.mode != "parse", f"{ex.page}: a python block runs (no marker) or talks to the server"
+
+
+@pytest.mark.parametrize("cmd", cases("parse"))
+def test_parse_only_command(cmd, capsys):
+    from fluidpd.cli import build_parser
+
+    argv = shlex.split(cmd, comments=True)[1:]
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        pytest.fail(f"`{cmd}` does not parse (exit {exc.code}): {capsys.readouterr().err}")
+    assert callable(args.func)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cmd", cases("run"))
+def test_command_runs(cmd, tmp_path):
+    res = run(cmd, tmp_path, timeout=RUN_TIMEOUT_S)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", python_cases("run"))
+def test_python_runs(code, tmp_path):
+    check_python(code, tmp_path, timeout=RUN_TIMEOUT_S)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("server")
+@pytest.mark.parametrize("cmd", cases("server"))
+def test_http_example(cmd, tmp_path):
+    check_http(cmd, run(cmd, tmp_path, timeout=600))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("server")
+@pytest.mark.parametrize("code", python_cases("server"))
+def test_python_against_the_server(code, tmp_path):
+    check_python(code, tmp_path)
+
+
+# links: [text](target) and ![alt](target), outside fenced blocks and inline code
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*$", re.M)
+
+
+def prose(text: str) -> str:
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", text, flags=re.S))
+
+
+def anchors(page: Path) -> set[str]:
+    """The heading ids MkDocs gives a page (Python-Markdown's toc slugify on the heading's text)."""
+    from markdown.extensions.toc import slugify
+
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {slugify(h.replace("`", ""), "-") for h in HEADING.findall(text)}
+
+
+def links() -> list:
+    out = []
+    for page in [ROOT / "README.md", *PAGES]:
+        for target in LINK.findall(prose(page.read_text())):
+            if not re.match(r"[a-z][a-z0-9+.-]*:", target):
+                out.append(pytest.param(page, target, id=f"{page.name}->{target}"))
+    return out
+
+
+@pytest.mark.parametrize(("page", "target"), links())
+def test_relative_link_resolves(page: Path, target: str):
+    path, _, anchor = target.partition("#")
+    dest = (page.parent / path).resolve() if path else page
+    assert dest.exists(), f"{page.name}: {target} names no file"
+    if anchor and dest.suffix == ".md":
+        assert anchor in anchors(dest), f"{page.name}: {target}: no heading with that id in {dest.name}"
+
+
+def test_every_page_is_in_the_nav():
+    def names(nav) -> set[str]:
+        if isinstance(nav, str):
+            return {nav}
+        items = nav.values() if isinstance(nav, dict) else nav
+        return set().union(*(names(i) for i in items))
+
+    nav = names(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+    assert nav == {p.name for p in PAGES}
