@@ -1,7 +1,9 @@
-"""Shared fixtures: small real setups for the simulator and policy tests."""
+"""Shared fixtures: `make run`'s server for the README's and the docs' examples (one for both)."""
 
 from __future__ import annotations
 
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from doc_examples import make_run_server  # noqa: F401 - a session fixture, registered here

@@ -86,9 +86,10 @@ def wait_ready(proc: subprocess.Popen, log: Path, timeout_s: float = 600) -> Non
     pytest.fail("`make run`'s server did not become healthy")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """`make run`'s server on 127.0.0.1:8000, for one test module; its log in a file (a pipe nobody reads fills up)."""
+@pytest.fixture(scope="session")
+def make_run_server(tmp_path_factory):
+    """`make run`'s server on 127.0.0.1:8000, started once for the README's and the docs' examples
+    (registered in tests/conftest.py); its log in a file (a pipe nobody reads fills up)."""
     with socket.socket() as s:
         if s.connect_ex(("127.0.0.1", 8000)) == 0:
             pytest.fail("port 8000 is taken: the examples need it (stop whatever serves there)")

@@ -22,12 +22,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-import doc_examples
 import pytest
 import yaml
 from doc_examples import ROOT, check_http, check_python, commands, fenced_blocks, run
-
-server = doc_examples.server  # `make run`'s server: a module-scoped fixture (usefixtures below)
 
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
@@ -116,14 +113,14 @@ def test_python_runs(code, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("server")
+@pytest.mark.usefixtures("make_run_server")
 @pytest.mark.parametrize("cmd", cases("server"))
 def test_http_example(cmd, tmp_path):
     check_http(cmd, run(cmd, tmp_path, timeout=600))
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("server")
+@pytest.mark.usefixtures("make_run_server")
 @pytest.mark.parametrize("code", python_cases("server"))
 def test_python_against_the_server(code, tmp_path):
     check_python(code, tmp_path)

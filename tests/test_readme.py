@@ -10,11 +10,8 @@ The README is a front page: the reference lives in docs/ (tests/test_docs.py run
 
 from __future__ import annotations
 
-import doc_examples
 import pytest
 from doc_examples import ROOT, check_http, check_python, commands, fenced_blocks, run
-
-server = doc_examples.server  # `make run`'s server: a module-scoped fixture (usefixtures below)
 
 README = (ROOT / "README.md").read_text()
 BLOCKS = fenced_blocks(README)
@@ -41,14 +38,14 @@ def test_the_readme_is_a_front_page():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("server")
+@pytest.mark.usefixtures("make_run_server")
 @pytest.mark.parametrize("cmd", ONLINE)
 def test_http_example(cmd, tmp_path):
     check_http(cmd, run(cmd, tmp_path, timeout=600))
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("server")
+@pytest.mark.usefixtures("make_run_server")
 @pytest.mark.parametrize("code", PYTHON)
 def test_python_example(code, tmp_path):
     check_python(code, tmp_path)

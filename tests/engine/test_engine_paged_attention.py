@@ -71,6 +71,7 @@ def smol_gather():
     return load_model(EngineConfig(quantization="none", attention="gather"))
 
 
+@pytest.mark.slow
 def test_engine_outputs_equal_through_paged_and_gather(smol, smol_gather):
     """The same batch of greedy requests through both decode paths: same tokens, logits within 1e-4."""
     assert smol[0].attention == "paged" and smol_gather[0].attention == "gather"
@@ -95,6 +96,7 @@ def test_config_and_shared_model_checks(smol):
         LLMEngine(EngineConfig(quantization="none", attention="gather"), model=model, tokenizer=tok)
 
 
+@pytest.mark.slow
 def test_no_compiler_falls_back_with_a_warning(monkeypatch, tmp_path):
     monkeypatch.setenv("FLUIDPD_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))

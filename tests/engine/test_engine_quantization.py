@@ -58,6 +58,7 @@ def test_auto_is_fp16_for_float32_on_cpu_and_none_otherwise():
     assert set(QUANTIZATIONS) == set(LINEARS.names())  # the config's list is the registry's
 
 
+@pytest.mark.slow
 def test_quantised_weights_stream_fewer_bytes(models):
     full = models["none"][0].weight_bytes()
     assert models["fp16"][0].weight_bytes() < 0.55 * full

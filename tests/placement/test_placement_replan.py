@@ -73,6 +73,7 @@ def runs():
     return out
 
 
+@pytest.mark.slow
 def test_a_persistent_shift_replans_toward_prefill(runs):
     for policy, (r, _, _) in runs.items():
         assert r.replans, policy

@@ -33,6 +33,7 @@ def test_auto_picks_a_split_by_simulating_this_host():
     assert 1 <= looser.scheduling.prefill_workers <= 3
 
 
+@pytest.mark.slow
 def test_a_place_file_sets_the_share(tmp_path):
     out = tmp_path / "place.json"
     cmd = [sys.executable, "-m", "fluidpd.cli", "place", "--model", "smollm2-135m", "--dtype", "fp32"]

@@ -59,6 +59,7 @@ def test_validity_checks_heads_layers_and_memory(est):
     assert not big.valid(1, 1)  # 140 GB of weights on one 80 GB GPU
 
 
+@pytest.mark.slow
 def test_the_chosen_configuration_is_the_best_by_a_finer_simulation(est):
     cfg = PlaceConfig(nodes=1, gpus_per_node=4, algorithm="1", requests=150, iters=4, jobs=1)
     p = search(est, cfg, 10.0)

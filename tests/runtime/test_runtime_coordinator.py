@@ -17,6 +17,7 @@ from fluidpd.runtime.build import build_coordinator
 from fluidpd.runtime.config import RuntimeConfig
 
 torch.set_num_threads(1)
+pytestmark = pytest.mark.slow  # every test serves through a multi-worker coordinator
 
 PROMPTS = [
     "The capital of France is",
@@ -133,7 +134,6 @@ def test_forced_fluidrole_switch_under_load_loses_no_token(reference):
     assert serve.last_state["workers"][1]["role"] == "prefill"
 
 
-@pytest.mark.slow
 def test_a_hundred_forced_switches_under_streaming_load_lose_nothing(reference):
     """Streams keep arriving while the admin API switches a worker 100 times (each time one whose
     role has two serving workers): every stream gets the greedy reference tokens, none fails."""

@@ -28,6 +28,7 @@ def probe():
     return engine, profile_engine(engine, lengths=(16, 32, 64), repeats=1)
 
 
+@pytest.mark.slow
 def test_max_model_len_is_capped_by_what_one_worker_holds(probe):
     engine, _ = probe
     one = RuntimeConfig(workers=1)
