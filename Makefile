@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
-.PHONY: run test test-fast lint venv clean
+.PHONY: run test test-fast test-busy lint venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: lint
 
 test-fast: lint
 	$(PYTEST) -m "not slow"
+
+# the whole suite while two CPU-bound loops load the cores: no test may depend on the host's speed
+test-busy: $(STAMP)
+	scripts/test-busy.sh $(MAKE) test
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

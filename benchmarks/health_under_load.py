@@ -91,7 +91,7 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in worst.items()}
     print(f"body {len(body) / 1e6:.2f} MB, {args.probes} probes a round, medians of {args.rounds} rounds")
     for k, v in med.items():
-        extra = f", {bodies[k]} bodies handled" if k in bodies else ""
+        extra = f", {bodies[k]} bodies answered meanwhile" if k in bodies else ""
         print(f"{k}: second-worst /health {v * 1e3:.1f} ms ({v / med['idle']:.1f}x idle){extra}")
     top = max(med[r] for r in ROUTES)
     verdict = "within" if top <= 0.1 else "OVER"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import statistics
@@ -46,7 +47,8 @@ async def one_round(seed: int, profile) -> dict:
         }
     finally:
         if stopped:
-            os.kill(stopped["pid"], signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):  # the cluster kills a worker it has lost
+                os.kill(stopped["pid"], signal.SIGCONT)
         await coord.stop()
 
 
