@@ -1,10 +1,5 @@
-"""The setting the experiments share: the seed's cluster and SLOs, the workloads, tuning on history
-and the per-run result rows.
-
-The cluster (the seed's testbed): 8 x H100-SXM, one Llama-3.3-70B FP8 worker per GPU (no tensor
-parallelism), step-time jitter CV 0.05 (so FluidToken's guard band is learned from measured steps),
-SLO_TBT = 40 ms (the seed's interactive reading speed) and SLO_TTFT = 2 s (`ttft_justification`).
-"""
+"""What the experiments share: the seed's cluster and SLOs (table1's docstring gives the reasons),
+the workloads, tuning on history and the per-run result rows."""
 
 from __future__ import annotations
 

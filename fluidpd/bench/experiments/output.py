@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 
-def console() -> Console:
+def make_console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 

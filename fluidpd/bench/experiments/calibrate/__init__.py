@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fluidpd.bench.experiments.calibrate import fit as calibrate
-from fluidpd.bench.experiments.output import console
+from fluidpd.bench.experiments.output import make_console
 from fluidpd.core.argtypes import positive
 
 HELP = "fit the A100's latency knobs to the DistServe paper's figures (minutes)"
@@ -48,12 +48,13 @@ def main(args: argparse.Namespace) -> int:
         lat, values = calibrate.fit(start, iters=args.iters, progress=progress)
     rec = calibrate.record(values)
     path = save_calibration(calibrate.GPU, lat, rec, args.out)
-    print_calibration(console(), rec)
-    console().print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
+    console = make_console()
+    print_calibration(console, rec)
+    console.print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
     return 0
 
 
-def print_calibration(out: Console, rec: dict) -> None:
+def print_calibration(console: Console, rec: dict) -> None:
     table = Table(title=f"{calibrate.GPU} calibration: {rec['model']}")
     for col in ("figure", "target", "model", "error", "weight"):
         table.add_column(col, justify="left" if col == "figure" else "right")
@@ -61,6 +62,6 @@ def print_calibration(out: Console, rec: dict) -> None:
         table.add_row(
             f["key"], f"{f['target']:.4g} {f['unit']}", f"{f['model']:.4g}", f"{f['error']:+.1%}", f"{f['weight']:g}"
         )
-    out.print(table)
+    console.print(table)
     r = rec["ratio_2p1d"]
-    out.print(f"2P1D / colocated per-GPU goodput: {r['model']:.2f}x (target {r['target']:g}x)")
+    console.print(f"2P1D / colocated per-GPU goodput: {r['model']:.2f}x (target {r['target']:g}x)")

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from fluidpd.bench.experiments.common import BASELINE_SPLIT, setup
-from fluidpd.bench.experiments.output import console, write_json
+from fluidpd.bench.experiments.output import make_console, write_json
 from fluidpd.bench.experiments.replan.figures import write_replan_plot
 from fluidpd.bench.experiments.replan.report import print_replan
 from fluidpd.bench.experiments.replan.run import ReplanWorkload, run_replan
@@ -49,9 +49,9 @@ def main(args: argparse.Namespace) -> int:
         **flag_values(args, ReplanConfig), profiler=ProfilerConfig(**flag_values(args, ProfilerConfig))
     )
     results, runs = run_replan(setup(BASELINE_SPLIT, args.seed), ReplanWorkload(args.phase_s, args.history_s), config)
-    out = console()
-    print_replan(out, results, args.history_s)
+    console = make_console()
+    print_replan(console, results, args.history_s)
     path = write_json(results, args.out / "replan.json")
     png = write_replan_plot(results, runs, args.out / "replan_roles.png")
-    out.print(f"wrote {path} and {png} ({time.perf_counter() - t0:.0f} s)")
+    console.print(f"wrote {path} and {png} ({time.perf_counter() - t0:.0f} s)")
     return 0

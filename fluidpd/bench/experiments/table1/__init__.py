@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from fluidpd.bench.experiments.common import WORKLOADS
-from fluidpd.bench.experiments.output import console, write_json
+from fluidpd.bench.experiments.output import make_console, write_json
 from fluidpd.bench.experiments.table1.figures import write_figures
 from fluidpd.bench.experiments.table1.report import print_results, print_setting
 from fluidpd.bench.experiments.table1.run import run_table1
@@ -62,8 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    out = console()
-    print_setting(out)
+    console = make_console()
+    print_setting(console)
     results, kept = run_table1(
         args.workloads,
         quick=args.quick,
@@ -73,12 +73,12 @@ def main(args: argparse.Namespace) -> int:
         goodput=False if args.no_goodput else None,
         placement=args.placement,
     )
-    print_results(out, results)
+    print_results(console, results)
     json_path = write_json(results, args.out / "table1.json")
     paths = write_figures(results, kept, args.out)
     results["command_wall_s"] = time.perf_counter() - t0
     write_json(results, json_path)
-    out.print(f"wrote {json_path} and {len(paths)} PNGs in {args.out} ({results['command_wall_s']:.0f} s)")
+    console.print(f"wrote {json_path} and {len(paths)} PNGs in {args.out} ({results['command_wall_s']:.0f} s)")
     return 0
 
 

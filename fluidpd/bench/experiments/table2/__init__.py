@@ -13,7 +13,7 @@ import argparse
 import time
 from pathlib import Path
 
-from fluidpd.bench.experiments.output import console, write_json
+from fluidpd.bench.experiments.output import make_console, write_json
 from fluidpd.bench.experiments.table2.report import print_fluidrole, print_restarts
 from fluidpd.bench.experiments.table2.run import run_table2
 from fluidpd.core.argtypes import positive
@@ -29,10 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    out = console()
+    console = make_console()
     res = run_table2(args.window, args.seed)
-    print_fluidrole(out, res)
-    print_restarts(out, res)
+    print_fluidrole(console, res)
+    print_restarts(console, res)
     path = write_json(res, args.out / "table2.json")
-    out.print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
+    console.print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
     return 0
