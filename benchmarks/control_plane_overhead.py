@@ -16,7 +16,7 @@ import sys
 
 from tqdm import tqdm
 
-from fluidpd.bench.experiments import setup
+from fluidpd.bench.experiments.common import setup
 from fluidpd.sim.run import simulate
 from fluidpd.workload import load_trace
 

@@ -12,7 +12,7 @@ The seed: 1.6, 5.6, 10 and 10 req/s; 2.1x. The A100's knobs come from its calibr
 
 from __future__ import annotations
 
-from fluidpd.bench.calibrate import FIGURES, RATIO_TARGET, figure1
+from fluidpd.bench.experiments.calibrate.fit import FIGURES, RATIO_TARGET, figure1
 from fluidpd.latency.calibration import latency_config
 
 

@@ -63,10 +63,19 @@ def timeline_plot(timeline, title: str, path: Path) -> Path:
     return path
 
 
-def bars_plot(groups: dict[str, dict[str, float]], ylabel: str, path: Path, title: str = "") -> Path:
-    """Grouped bars: `groups` maps a group (x tick) to its bars (label -> value), same labels in each."""
+def bars_plot(
+    groups: dict[str, dict[str, float]],
+    ylabel: str,
+    path: Path,
+    title: str = "",
+    *,
+    figsize: tuple[float, float] = (6, 4),
+    legend_below: bool = False,
+) -> Path:
+    """Grouped bars: `groups` maps a group (x tick) to its bars (label -> value), same labels in each;
+    `legend_below`: the legend under the axes, in columns (for many labels)."""
     labels = list(next(iter(groups.values()))) if groups else []
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=figsize)
     width = 0.8 / max(len(labels), 1)
     x = np.arange(len(groups))
     for i, label in enumerate(labels):
@@ -76,8 +85,11 @@ def bars_plot(groups: dict[str, dict[str, float]], ylabel: str, path: Path, titl
     if title:
         ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
-    ax.legend()
+    if legend_below:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=min(len(labels), 4), fontsize=8)
+    else:
+        ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight" if legend_below else None)
     plt.close(fig)
     return path

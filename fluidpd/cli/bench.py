@@ -15,7 +15,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from fluidpd.cli.argtypes import positive
+from fluidpd.core.argtypes import positive
 from fluidpd.core.knobs import add_flags, flag_values
 
 DEFAULT_MAX_REQUESTS = 2000

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from fluidpd.cli.argtypes import positive
+from fluidpd.core.argtypes import positive
 from fluidpd.core.knobs import add_flags, flag_values
 from fluidpd.core.metrics import Slo
 from fluidpd.latency.calibration import latency_config

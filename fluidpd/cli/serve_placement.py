@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from fluidpd.cli.argtypes import positive
+from fluidpd.core.argtypes import positive
 
 
 def add_placement_flags(p: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fluidpd.bench.report import print_table, write_json
-from fluidpd.cli.argtypes import positive
+from fluidpd.core.argtypes import positive
 from fluidpd.core.knobs import add_flags, flag_values
 from fluidpd.core.metrics import Slo
 from fluidpd.policy.base import PolicyConfig

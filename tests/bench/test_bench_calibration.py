@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fluidpd.bench import calibrate
+from fluidpd.bench.experiments.calibrate import fit as calibrate
 from fluidpd.latency.calibration import calibration, latency_config
 from fluidpd.latency.config import LatencyConfig
 

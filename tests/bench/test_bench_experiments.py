@@ -1,4 +1,4 @@
-"""`fluidpd experiment table1/table2`: the seed's evaluation tables in simulation."""
+"""`fluidpd experiment table1/table2/replan`: the seed's evaluation in simulation."""
 
 import json
 import subprocess
@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from fluidpd.bench import experiments as ex
+from fluidpd.bench.experiments import EXPERIMENTS, load
+from fluidpd.bench.experiments import common as ex
+from fluidpd.bench.experiments.table1.run import SYSTEMS, run_table1
 from fluidpd.bench.restarts import RestartModel
 from fluidpd.bench.simrun import attainment_between, run_instrumented
 from fluidpd.policy.view import Role
@@ -22,7 +24,7 @@ def check_table1_output(out, scales: dict):
     assert set(res["table1"]) == set(scales)
     for name in scales:
         rows = res["table1"][name]
-        assert [r["system"] for r in rows] == list(ex.SYSTEMS)
+        assert [r["system"] for r in rows] == list(SYSTEMS)
         for r in rows:
             assert 0 <= r["attainment"] <= 1 and r["requests"] > 0
             assert r["completed"] + r["rejected"] <= r["requests"]
@@ -44,6 +46,7 @@ def check_table1_output(out, scales: dict):
         assert png.stat().st_size > 5000
     if "phase_shift" in scales:
         assert (out / "fluidpd_phase_shift_timeline.png").stat().st_size > 5000
+    assert (out / "headline.png").stat().st_size > 5000
     return res
 
 
@@ -61,7 +64,7 @@ def test_table1_small_run_writes_every_system_per_workload_and_the_plots(tmp_pat
 
 
 def test_table1_tunes_on_history_and_every_p_d_system_starts_from_distserve_split():
-    res, _ = ex.run_table1(["azure_conv", "phase_shift"], scales=(1.0,), window_s=120.0, goodput=False, progress=False)
+    res, _ = run_table1(["azure_conv", "phase_shift"], scales=(1.0,), window_s=120.0, goodput=False, progress=False)
     for name in ("azure_conv", "phase_shift"):
         run = res["workloads"][name]["runs"]["1"]
         tuned = run["tuned_on_history"]
@@ -227,3 +230,17 @@ def test_bad_arguments_from_the_shell_exit_2_without_a_traceback():
     p = fluidpd("experiment", "table1", "--quick", "--scales", "0", timeout=60)
     assert p.returncode == 2
     assert "must be a finite number > 0" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_every_registered_experiment_is_a_subcommand_with_its_own_help(capsys):
+    from fluidpd.cli import main
+
+    assert list(EXPERIMENTS) == ["table1", "table2", "replan", "calibrate"]
+    for name in EXPERIMENTS:
+        module = load(name)
+        with pytest.raises(SystemExit) as exc:
+            main(["experiment", name, "--help"])
+        assert exc.value.code == 0
+        assert module.__doc__.splitlines()[0] in capsys.readouterr().out
+    with pytest.raises(ValueError, match="unknown experiment 'table3'; choose from table1, table2"):
+        load("table3")

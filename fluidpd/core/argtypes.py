@@ -1,4 +1,4 @@
-"""Argument types shared by the command-line tools."""
+"""Argument types shared by the command-line tools (the `fluidpd` subcommands and the experiments)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Fit a GPU's latency knobs to measured figures: the A100-80GB against the DistServe paper.
-
-The figures (OPT-13B FP16 on one A100-80GB, as the DistServe seed quotes them) and, as a second
-reference, DistServe's own published simulator profile for the same model and GPU. Figure 1's
-four rates come from simulations (phase policies `prefill-only`, `decode-only`, `colocated`,
-`static-pd` 2P1D; goodput = highest Poisson rate with >= 90% attainment); the others from the
-latency model directly. The fit minimises the weighted sum of squared log errors (Nelder-Mead
-over transformed knobs) and writes the knobs with every figure, its source, the fitted value and
-its error to fluidpd/latency/calibrations/<gpu>.json.
-"""
+"""The calibration fit: the A100's figures, the latency model measured on them, and the Nelder-Mead fit."""
 
 from __future__ import annotations
 

@@ -57,13 +57,25 @@ def fluid_timeline(
     history: (t, ppi, dpi, state) samples; transitions: RoleTransition objects; phases: (start, end,
     label) spans shaded on both panels (e.g. surge / wave)."""
     fig, (ax_p, ax_r) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True, gridspec_kw={"height_ratios": [1.3, 1]})
+    _pressure_panel(ax_p, history, thresholds or {}, title)
+    _role_panel(ax_r, timeline)
+    _mark_transitions(ax_p, ax_r, transitions)
+    _mark_phases(ax_p, ax_r, phases)
+    ax_p.legend(fontsize=7, loc="upper center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _pressure_panel(ax, history: list, thresholds: dict[str, float], title: str) -> None:
     if history:
         h = np.asarray([(t, p, d) for t, p, d, _ in history], dtype=np.float64)
-        ax_p.plot(h[:, 0], h[:, 1], linewidth=0.9, color="#d62728", label="PPI (prefill pressure)")
-        ax_p.plot(h[:, 0], h[:, 2], linewidth=0.9, color="#1f77b4", label="DPI (decode pressure)")
-    for name, value in (thresholds or {}).items():
-        ax_p.axhline(value, linestyle=":", linewidth=0.8, color="black")
-        ax_p.annotate(
+        ax.plot(h[:, 0], h[:, 1], linewidth=0.9, color="#d62728", label="PPI (prefill pressure)")
+        ax.plot(h[:, 0], h[:, 2], linewidth=0.9, color="#1f77b4", label="DPI (decode pressure)")
+    for name, value in thresholds.items():
+        ax.axhline(value, linestyle=":", linewidth=0.8, color="black")
+        ax.annotate(
             name,
             (1, value),
             xycoords=("axes fraction", "data"),
@@ -71,16 +83,18 @@ def fluid_timeline(
             xytext=(-60, 2),
             fontsize=7,
         )
-    ax_p.set_ylim(bottom=0)
-    ax_p.set_ylabel("pressure index")
-    ax_p.set_title(title, fontsize=10)
-    ax_p.grid(alpha=0.3)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("pressure index")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
 
+
+def _role_panel(ax, timeline) -> None:
     roles = np.asarray([[ROLE_CODES.get(r, 2) for r in row] for row in timeline.role], dtype=np.float64)
     t = np.asarray(timeline.t, dtype=np.float64)
     if roles.size:
         edges = np.append(t, t[-1] + (t[-1] - t[-2] if len(t) > 1 else 1.0))
-        ax_r.pcolormesh(
+        ax.pcolormesh(
             edges,
             np.arange(roles.shape[1] + 1) - 0.5,
             roles.T,
@@ -89,6 +103,16 @@ def fluid_timeline(
             vmax=2.5,
             shading="flat",
         )
+    ax.set_yticks(range(timeline.n_workers))
+    ax.set_yticklabels([f"w{i}" for i in range(timeline.n_workers)], fontsize=7)
+    ax.set_ylabel("worker role")
+    ax.set_xlabel("time (s)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ROLE_COLORS[:2]]
+    ax.legend(handles, ["prefill", "decode"], fontsize=7, loc="upper right")
+
+
+def _mark_transitions(ax_p, ax_r, transitions: list) -> None:
+    """Each transition: a bar on its worker's row from its start to its route, a line on the indices."""
     for tr in transitions:
         end = tr.ended.get("route", tr.began_s)
         ax_r.plot([tr.began_s, end], [tr.worker, tr.worker], color="black", linewidth=3)
@@ -100,12 +124,9 @@ def fluid_timeline(
             fontsize=7,
         )
         ax_p.axvline(tr.began_s, color="black", linewidth=0.6, alpha=0.6)
-    ax_r.set_yticks(range(timeline.n_workers))
-    ax_r.set_yticklabels([f"w{i}" for i in range(timeline.n_workers)], fontsize=7)
-    ax_r.set_ylabel("worker role")
-    ax_r.set_xlabel("time (s)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ROLE_COLORS[:2]]
-    ax_r.legend(handles, ["prefill", "decode"], fontsize=7, loc="upper right")
+
+
+def _mark_phases(ax_p, ax_r, phases: list[tuple[float, float, str]]) -> None:
     for start, end, label in phases:
         ax_p.axvspan(start, end, color="#ffbb78" if "surge" in label else "#c5e0b4", alpha=0.25, zorder=0)
         ax_r.axvline(start, color="white", linewidth=1.2, linestyle="--")
@@ -117,8 +138,3 @@ def fluid_timeline(
             xytext=(3, -10),
             fontsize=7,
         )
-    ax_p.legend(fontsize=7, loc="upper center")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
