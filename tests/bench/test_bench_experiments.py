@@ -50,6 +50,7 @@ def check_table1_output(out, scales: dict):
     return res
 
 
+@pytest.mark.slow
 def test_table1_small_run_writes_every_system_per_workload_and_the_plots(tmp_path):
     out = tmp_path / "t1"
     p = fluidpd("experiment", "table1", "--window", "120", "--scales", "1,2", "--no-goodput", "--out", str(out))
@@ -63,6 +64,7 @@ def test_table1_small_run_writes_every_system_per_workload_and_the_plots(tmp_pat
     assert (out / "fluidpd_azure_code_timeline.png").stat().st_size > 5000
 
 
+@pytest.mark.slow
 def test_table1_tunes_on_history_and_every_p_d_system_starts_from_distserve_split():
     res, _ = run_table1(["azure_conv", "phase_shift"], scales=(1.0,), window_s=120.0, goodput=False, progress=False)
     for name in ("azure_conv", "phase_shift"):
@@ -83,6 +85,7 @@ def test_table1_tunes_on_history_and_every_p_d_system_starts_from_distserve_spli
     assert set(res["goals"]["dominates"]) == {"azure_conv", "phase_shift"}
 
 
+@pytest.mark.slow
 def test_replan_experiment_runs_as_documented(tmp_path):
     out = tmp_path / "rp"
     p = fluidpd(
@@ -150,6 +153,7 @@ def test_restart_model_reproduces_the_seeds_fp16_table():
         RestartModel(disk_bw=0)
 
 
+@pytest.mark.slow
 def test_table2_times_fluidrole_in_simulation_and_compares_restarts(tmp_path):
     p = fluidpd("experiment", "table2", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr

@@ -61,6 +61,7 @@ def test_small_profile_measures_every_part():
     assert again["dispatch"]["steps"] == 2 * 2 + 2 and set(again["measured_parts"]) == set(PARTS)
 
 
+@pytest.mark.slow
 def test_spec_of_maps_engine_shapes_to_the_catalogue():
     from fluidpd.engine.loaders import load_checkpoint
 
