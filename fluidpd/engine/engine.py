@@ -115,7 +115,7 @@ class LLMEngine:
     def step(self) -> list[StepOutput]:
         """One step planned by the built-in scheduler."""
         plan = self.scheduler.schedule()
-        outputs = [self._finish(s, "capacity") for s in self._pop_dropped()]
+        outputs = [self._finish(s, "capacity") for s in self.scheduler.pop_dropped()]
         if plan:
             outputs += self.run_step(plan).outputs
         return outputs
@@ -186,10 +186,6 @@ class LLMEngine:
         if text is None and self.tokenizer is not None:
             text = self.tokenizer.decode(seq.output_token_ids)
         return StepOutput(seq.request_id, [], seq.num_computed, True, reason, None, RequestOutput.of(seq, text))
-
-    def _pop_dropped(self) -> list[Sequence]:
-        dropped, self.scheduler.dropped = self.scheduler.dropped, []
-        return dropped
 
     def _live(self, request_id: str) -> Sequence:
         seq = self.seqs.get(request_id)
