@@ -31,7 +31,7 @@ from sim_fidelity import (
     sim_run,
 )
 
-from fluidpd.bench.loadgen import collect
+from fluidpd.bench.loadgen.aggregate import collect
 from fluidpd.bench.plots import bars_plot
 from fluidpd.core.metrics import Slo
 from fluidpd.runtime.config import RuntimeConfig

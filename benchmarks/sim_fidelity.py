@@ -42,7 +42,9 @@ from pathlib import Path
 import numpy as np
 from runtime_azure_code import stop_server, wait_healthy
 
-from fluidpd.bench.loadgen import BenchConfig, BenchResult, collect, run_bench
+from fluidpd.bench.loadgen.aggregate import collect
+from fluidpd.bench.loadgen.requests import BenchResult
+from fluidpd.bench.loadgen.run import BenchConfig, run_bench
 from fluidpd.bench.plots import cdf_plot, sorted_cdf
 from fluidpd.bench.step_check import speed_level, step_check
 from fluidpd.core.metrics import Slo

@@ -22,7 +22,7 @@ DEFAULT_MAX_REQUESTS = 2000
 
 
 def register(sub) -> None:
-    from fluidpd.bench.loadgen import BenchConfig
+    from fluidpd.bench.loadgen.run import BenchConfig
     from fluidpd.workload.registry import TRACES
 
     p = sub.add_parser(
@@ -49,7 +49,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fluidpd.bench.loadgen import BenchConfig, check_loopback, run_bench
+    from fluidpd.bench.loadgen.run import BenchConfig, run_bench
+    from fluidpd.bench.loadgen.target import check_loopback
     from fluidpd.bench.report import print_table, write_json
     from fluidpd.core.metrics import Slo
     from fluidpd.workload.registry import load_trace

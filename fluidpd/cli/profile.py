@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from fluidpd.bench.host_profile import PARTS, ProfileConfig
+from fluidpd.bench.host_profile.config import PARTS, ProfileConfig
 from fluidpd.cli.serve import ENGINE_FLAGS_SKIP
 from fluidpd.core.knobs import add_flags, flag_values
 from fluidpd.engine.config import EngineConfig
@@ -43,7 +43,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fluidpd.bench.host_profile import measure_profile
+    from fluidpd.bench.host_profile.measure import measure_profile
     from fluidpd.latency.profiled import fit_steps
 
     engine = EngineConfig(**flag_values(args, EngineConfig, skip=ENGINE_FLAGS_SKIP))

@@ -18,8 +18,12 @@ import math
 
 import torch
 
+from fluidpd.engine.kv_transfer import KVLayout
+
 
 class KVArena:
+    """One preallocated buffer: KV blocks at the front, scratch behind them; re-sliced in place."""
+
     def __init__(
         self,
         *,
@@ -44,6 +48,22 @@ class KVArena:
         # masked garbage must stay finite (0 * NaN would poison the output)
         self.buffer = torch.zeros(numel, dtype=dtype, device=self.device)
         self._slice(num_blocks)
+
+    @classmethod
+    def for_layout(
+        cls, layout: KVLayout, num_blocks: int, total_bytes: int, dtype: torch.dtype, device: torch.device | str
+    ) -> KVArena:
+        """An arena of `total_bytes` holding `num_blocks` KV blocks of `layout`."""
+        return cls(
+            num_layers=layout.num_layers,
+            num_kv_heads=layout.num_kv_heads,
+            head_dim=layout.head_dim,
+            block_size=layout.block_size,
+            num_blocks=num_blocks,
+            total_bytes=total_bytes,
+            dtype=dtype,
+            device=device,
+        )
 
     # ------------------------------------------------------------------ geometry
     @property

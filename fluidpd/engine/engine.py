@@ -12,106 +12,34 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
 
 import torch
 
-from fluidpd.core.memory import trim_heap
 from fluidpd.engine.arena import KVArena
 from fluidpd.engine.block_manager import BlockManager, NoFreeBlocksError
 from fluidpd.engine.config import EngineConfig
+from fluidpd.engine.handoff import payload_of, sequence_of
 from fluidpd.engine.kv_transfer import KVLayout, KVPayload
-from fluidpd.engine.loaders import Checkpoint, load_checkpoint, smollm2_gguf
+from fluidpd.engine.loaders import Checkpoint
 from fluidpd.engine.model import LlamaModel
-from fluidpd.engine.plan import StepPlan
+from fluidpd.engine.model_loading import check_model, load_model
+from fluidpd.engine.offline import generate
+from fluidpd.engine.outputs import EngineStats, RequestOutput, ResizeResult, StepOutput, StepResult
+from fluidpd.engine.plan import StepPlan, resolve
+from fluidpd.engine.prompts import Prompt, check_prompt, prompt_ids
 from fluidpd.engine.runner import ModelRunner
-from fluidpd.engine.sampling import SamplingParams, TokenLogprob, sample
+from fluidpd.engine.sampling import SamplingParams, sample
 from fluidpd.engine.scheduler import Scheduler
 from fluidpd.engine.sequence import Sequence, SequenceStatus
+from fluidpd.engine.stopping import stop_reason
 from fluidpd.engine.tokenizer import Tokenizer
 
-MAX_DEFAULT_LEN = 8192
-Prompt = str | list[int] | list[dict[str, str]]
-
-
-@dataclass
-class RequestOutput:
-    request_id: str
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str | None
-    finish_reason: str | None
-    logprobs: list[TokenLogprob] | None = None
-    num_preemptions: int = 0
-
-
-@dataclass
-class StepOutput:
-    """What one step did to one request: 0 or 1 new token, and whether it finished."""
-
-    request_id: str
-    new_token_ids: list[int]
-    num_computed: int
-    finished: bool = False
-    finish_reason: str | None = None
-    logprobs: list[TokenLogprob] | None = None
-    output: RequestOutput | None = None  # the whole output, once finished
-
-
-@dataclass
-class StepResult:
-    outputs: list[StepOutput]
-    step_s: float  # wall time of the whole step (planning excluded)
-    forward_s: float  # batch building + forward + logits to host
-    num_prefill_tokens: int = 0
-    num_decode_tokens: int = 0
-    cpu_s: float = 0.0  # CPU time of the calling thread over the step (cpu_s / step_s: the share of a core it got)
-
-
-@dataclass
-class ResizeResult:
-    old_blocks: int
-    new_blocks: int
-    moved_blocks: int
-    seconds: float
-
-
-@dataclass
-class EngineStats:
-    num_kv_blocks: int
-    num_free_blocks: int
-    num_used_blocks: int
-    max_kv_blocks: int
-    num_waiting: int
-    num_running: int
-    block_size: int
-    block_bytes: int
-    arena_bytes: int
-    kv_bytes: int
-    scratch_bytes: int
-    weight_bytes: int = 0
-
-
-def load_model(config: EngineConfig, checkpoint: Checkpoint | None = None) -> tuple[LlamaModel, Tokenizer | None]:
-    """Weights (and tokenizer) for `config`; share the result between engines of one process."""
-    ckpt = checkpoint or load_checkpoint(
-        config.model, config.load_format, config.torch_dtype, config.seed, config.model_overrides
-    )
-    max_len = config.max_model_len or min(ckpt.config.max_position_embeddings, MAX_DEFAULT_LEN)
-    model = LlamaModel(ckpt, config.torch_dtype, config.torch_device, max_len, config.weight_format, config.attention)
-    src = smollm2_gguf() if config.tokenizer == "smollm2" else config.tokenizer
-    if src:
-        tok = Tokenizer.load(src)
-    elif ckpt.tokenizer is not None:
-        tok = ckpt.tokenizer
-    else:
-        tok = Tokenizer.load(ckpt.tokenizer_source) if ckpt.tokenizer_source else None
-    del ckpt
-    trim_heap()
-    return model, tok
+__all__ = ["LLMEngine", "load_model"]
 
 
 class LLMEngine:
+    """Requests in, tokens out: a model over a paged KV arena, stepped by its scheduler or an external plan."""
+
     def __init__(
         self,
         config: EngineConfig | None = None,
@@ -124,24 +52,14 @@ class LLMEngine:
         if model is None:
             model, loaded_tok = load_model(config, checkpoint)
             tokenizer = tokenizer or loaded_tok
-        self._check_model(model)
+        check_model(model, config)
         self.model, self.tokenizer = model, tokenizer
         mc = self.model_config = model.config
         self.max_model_len = config.max_model_len or model.max_positions
         bs = config.block_size
         self.kv_layout = KVLayout(mc.num_layers, mc.num_kv_heads, mc.head_dim, bs, str(config.torch_dtype))
-        block_bytes = mc.num_layers * 2 * bs * mc.num_kv_heads * mc.head_dim * config.torch_dtype.itemsize
-        num_blocks, total = config.arena_layout(block_bytes)
-        self.arena = KVArena(
-            num_layers=mc.num_layers,
-            num_kv_heads=mc.num_kv_heads,
-            head_dim=mc.head_dim,
-            block_size=bs,
-            num_blocks=num_blocks,
-            total_bytes=total,
-            dtype=config.torch_dtype,
-            device=config.torch_device,
-        )
+        num_blocks, total = config.arena_layout(self.kv_layout.block_numel * config.torch_dtype.itemsize)
+        self.arena = KVArena.for_layout(self.kv_layout, num_blocks, total, config.torch_dtype, config.torch_device)
         self.blocks = BlockManager(num_blocks, bs)
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens)
         self.runner = ModelRunner(model, self.arena, bs)
@@ -150,33 +68,14 @@ class LLMEngine:
         self._ids = itertools.count()
         self.last_step: StepResult | None = None
 
-    def _check_model(self, model: LlamaModel) -> None:
-        c = self.config
-        if model.dtype != c.torch_dtype or model.device.type != c.torch_device.type:
-            raise ValueError(
-                f"shared model is {model.dtype} on {model.device}, config wants {c.torch_dtype} on {c.torch_device}"
-            )
-        if model.quantization != c.weight_format:
-            raise ValueError(f"shared model's quantization is {model.quantization!r}, config wants {c.weight_format!r}")
-        if c.attention != "auto" and model.attention != c.attention:
-            raise ValueError(f"shared model's decode attention is {model.attention!r}, config wants {c.attention!r}")
-        if c.max_model_len and c.max_model_len > model.max_positions:
-            raise ValueError(f"max_model_len {c.max_model_len} exceeds the shared model's {model.max_positions}")
-
     # ------------------------------------------------------------------ requests
     def add_request(
         self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None, *, chat: bool = False
     ) -> str:
         """Queue a request (text, token ids, or chat messages); its id."""
         params = params or SamplingParams()
-        ids = self._prompt_ids(prompt, chat)
-        if not ids:
-            raise ValueError("prompt is empty")
-        if len(ids) > self.max_model_len:
-            raise ValueError(f"prompt has {len(ids)} tokens, longer than max_model_len {self.max_model_len}")
-        bad = [t for t in ids if not 0 <= t < self.model_config.vocab_size]
-        if bad:
-            raise ValueError(f"token id {bad[0]} out of range for vocab size {self.model_config.vocab_size}")
+        ids = prompt_ids(prompt, self.tokenizer, chat)
+        check_prompt(ids, self.max_model_len, self.model_config.vocab_size)
         if self.blocks.blocks_for(len(ids)) > self.blocks.num_blocks:
             raise ValueError(
                 f"prompt of {len(ids)} tokens needs more KV blocks than the pool holds "
@@ -187,16 +86,6 @@ class LLMEngine:
         self.seqs[rid] = seq
         self.scheduler.add(seq)
         return rid
-
-    def _prompt_ids(self, prompt: Prompt, chat: bool) -> list[int]:
-        if isinstance(prompt, str) or (prompt and isinstance(prompt[0], dict)):
-            if self.tokenizer is None:
-                raise ValueError("this model has no tokenizer: pass token ids (or set EngineConfig.tokenizer)")
-            if isinstance(prompt, str) and not chat:
-                return self.tokenizer.encode(prompt)
-            msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-            return self.tokenizer.encode_chat(msgs)
-        return [int(t) for t in prompt]
 
     def _new_id(self, request_id: str | None) -> str:
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
@@ -226,7 +115,7 @@ class LLMEngine:
     def step(self) -> list[StepOutput]:
         """One step planned by the built-in scheduler."""
         plan = self.scheduler.schedule()
-        outputs = [self._finish(s, "capacity") for s in self._pop_dropped()]
+        outputs = [self._finish(s, "capacity") for s in self.scheduler.pop_dropped()]
         if plan:
             outputs += self.run_step(plan).outputs
         return outputs
@@ -234,7 +123,7 @@ class LLMEngine:
     def run_step(self, plan: StepPlan) -> StepResult:
         """Run exactly `plan` in one forward pass (blocks are allocated as needed)."""
         t0, c0 = time.perf_counter(), time.thread_time()
-        chunks = self._resolve(plan)
+        chunks = resolve(plan, self._live)
         self._reserve(chunks)
         t1 = time.perf_counter()
         logits, sampled = self.runner.execute(chunks)
@@ -259,25 +148,6 @@ class LLMEngine:
         self.last_step = res
         return res
 
-    def _resolve(self, plan: StepPlan) -> list[tuple[Sequence, int]]:
-        chunks = []
-        for c in plan.prefills:
-            seq = self._live(c.request_id)
-            if not 1 <= c.num_tokens <= seq.num_uncomputed:
-                raise ValueError(
-                    f"prefill chunk of {c.num_tokens} tokens for {c.request_id!r}, which has "
-                    f"{seq.num_uncomputed} uncomputed"
-                )
-            chunks.append((seq, c.num_tokens))
-        for rid in plan.decodes:
-            seq = self._live(rid)
-            if not seq.is_decoding:
-                raise ValueError(f"request {rid!r} is not decoding ({seq.num_uncomputed} tokens uncomputed)")
-            chunks.append((seq, 1))
-        if len({id(s) for s, _ in chunks}) != len(chunks):
-            raise ValueError("a request appears twice in the step plan")
-        return chunks
-
     def _reserve(self, chunks: list[tuple[Sequence, int]]) -> None:
         need = sum(self.blocks.needed(s, s.num_computed + n) for s, n in chunks)
         if need > self.blocks.num_free:
@@ -299,29 +169,14 @@ class LLMEngine:
             out = StepOutput(
                 seq.request_id, [] if tok is None else [tok], seq.num_computed, logprobs=None if lp is None else [lp]
             )
-            reason = self._stop_reason(seq, tok) if tok is not None else None
+            reason = None
+            if tok is not None:
+                reason = stop_reason(seq, tok, self.eos_token_ids, self.tokenizer, self.max_model_len)
             if reason:
                 fin = self._finish(seq, reason)
                 out.finished, out.finish_reason, out.output = True, reason, fin.output
             outputs.append(out)
         return outputs
-
-    def _stop_reason(self, seq: Sequence, tok: int) -> str | None:
-        p = seq.params
-        if tok in p.stop_token_ids or (not p.ignore_eos and tok in self.eos_token_ids):
-            if self.tokenizer is not None:
-                seq.stop_text = self.tokenizer.decode(seq.output_token_ids[:-1])
-            return "stop"
-        if p.stop and self.tokenizer is not None:
-            text = self.tokenizer.decode(seq.output_token_ids)
-            hits = [(text.find(s), s) for s in p.stop if s in text]
-            if hits:
-                i, s = min(hits)
-                seq.stop_text = text[: i + (len(s) if p.include_stop_str_in_output else 0)]
-                return "stop"
-        if seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len:
-            return "length"
-        return None
 
     def _finish(self, seq: Sequence, reason: str) -> StepOutput:
         self.scheduler.remove(seq)
@@ -330,20 +185,7 @@ class LLMEngine:
         text = seq.stop_text
         if text is None and self.tokenizer is not None:
             text = self.tokenizer.decode(seq.output_token_ids)
-        out = RequestOutput(
-            seq.request_id,
-            seq.token_ids[: seq.prompt_len],
-            list(seq.output_token_ids),
-            text,
-            reason,
-            seq.logprobs,
-            seq.num_preemptions,
-        )
-        return StepOutput(seq.request_id, [], seq.num_computed, True, reason, None, out)
-
-    def _pop_dropped(self) -> list[Sequence]:
-        dropped, self.scheduler.dropped = self.scheduler.dropped, []
-        return dropped
+        return StepOutput(seq.request_id, [], seq.num_computed, True, reason, None, RequestOutput.of(seq, text))
 
     def _live(self, request_id: str) -> Sequence:
         seq = self.seqs.get(request_id)
@@ -381,25 +223,7 @@ class LLMEngine:
         use_tqdm: bool = False,
     ) -> list[RequestOutput]:
         """Run prompts to completion (continuous batching); outputs in prompt order."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], (int, dict))):
-            prompts = [prompts]
-        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
-        if len(plist) != len(prompts):
-            raise ValueError(f"{len(plist)} sampling params for {len(prompts)} prompts")
-        rids = [self.add_request(p, sp, chat=chat) for p, sp in zip(prompts, plist)]
-        want, done = set(rids), {}
-        bar = _progress(len(rids)) if use_tqdm else None
-        while len(done) < len(rids):
-            if not self.scheduler.has_work() and not self.scheduler.dropped:
-                raise RuntimeError("engine has no work left but requests are unfinished")
-            for o in self.step():
-                if o.finished and o.request_id in want:
-                    done[o.request_id] = o.output
-                    if bar is not None:
-                        bar.update(1)
-        if bar is not None:
-            bar.close()
-        return [done[r] for r in rids]
+        return generate(self, prompts, params, chat, use_tqdm)
 
     # ------------------------------------------------------------------ KV hand-off
     def export_kv(
@@ -408,18 +232,7 @@ class LLMEngine:
         """A request's KV blocks and state; with `release`, the request leaves this engine."""
         seq = self._live(request_id)
         nb = self.blocks.blocks_for(seq.num_computed)
-        payload = KVPayload(
-            request_id=seq.request_id,
-            token_ids=list(seq.token_ids),
-            prompt_len=seq.prompt_len,
-            num_computed=seq.num_computed,
-            blocks=self.arena.read_blocks(seq.block_table[:nb], device),
-            layout=self.kv_layout,
-            params=seq.params,
-            generator_state=seq.generator.get_state() if seq.generator is not None else None,
-            logprobs=list(seq.logprobs) if seq.logprobs is not None else None,
-            num_preemptions=seq.num_preemptions,
-        )
+        payload = payload_of(seq, self.arena.read_blocks(seq.block_table[:nb], device), self.kv_layout)
         if release:
             self.scheduler.remove(seq)
             seq.status, seq.finish_reason = SequenceStatus.FINISHED, "exported"
@@ -435,17 +248,7 @@ class LLMEngine:
                 f"request has {len(payload.token_ids)} tokens, more than max_model_len {self.max_model_len}"
             )
         rid = self._new_id(request_id if request_id is not None else payload.request_id)
-        seq = Sequence(
-            rid,
-            list(payload.token_ids),
-            payload.prompt_len,
-            params,
-            generator=params.make_generator(),
-            logprobs=list(payload.logprobs) if payload.logprobs is not None else None,
-            num_preemptions=payload.num_preemptions,
-        )
-        if seq.generator is not None and payload.generator_state is not None and params.seed == payload.params.seed:
-            seq.generator.set_state(payload.generator_state)
+        seq = sequence_of(payload, rid, params)
         if payload.num_computed == 0:
             self.seqs[rid] = seq
             self.scheduler.add(seq)
@@ -493,9 +296,3 @@ class LLMEngine:
             scratch_bytes=a.scratch_bytes,
             weight_bytes=self.model.weight_bytes(),
         )
-
-
-def _progress(total: int):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="generate", unit="req")

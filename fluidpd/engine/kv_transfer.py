@@ -23,6 +23,10 @@ class KVLayout:
     def block_shape(self) -> tuple[int, ...]:
         return (self.num_layers, 2, self.block_size, self.num_kv_heads, self.head_dim)
 
+    @property
+    def block_numel(self) -> int:
+        return self.num_layers * 2 * self.block_size * self.num_kv_heads * self.head_dim
+
 
 @dataclass
 class KVPayload:

@@ -6,7 +6,12 @@ itself and hand it to `LLMEngine.run_step`. Both go through the same runner.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fluidpd.engine.sequence import Sequence  # plan stays torch-free
 
 
 @dataclass(frozen=True)
@@ -19,6 +24,8 @@ class PrefillChunk:
 
 @dataclass
 class StepPlan:
+    """Prefill chunks and decodes to run in one forward pass."""
+
     prefills: list[PrefillChunk] = field(default_factory=list)
     decodes: list[str] = field(default_factory=list)  # request ids, one token each
 
@@ -32,3 +39,24 @@ class StepPlan:
 
     def __bool__(self) -> bool:
         return bool(self.prefills) or bool(self.decodes)
+
+
+def resolve(plan: StepPlan, live: Callable[[str], Sequence]) -> list[tuple[Sequence, int]]:
+    """(sequence, tokens to compute) for each entry of `plan`; ValueError when the plan does not fit the requests."""
+    chunks = []
+    for c in plan.prefills:
+        seq = live(c.request_id)
+        if not 1 <= c.num_tokens <= seq.num_uncomputed:
+            raise ValueError(
+                f"prefill chunk of {c.num_tokens} tokens for {c.request_id!r}, which has "
+                f"{seq.num_uncomputed} uncomputed"
+            )
+        chunks.append((seq, c.num_tokens))
+    for rid in plan.decodes:
+        seq = live(rid)
+        if not seq.is_decoding:
+            raise ValueError(f"request {rid!r} is not decoding ({seq.num_uncomputed} tokens uncomputed)")
+        chunks.append((seq, 1))
+    if len({id(s) for s, _ in chunks}) != len(chunks):
+        raise ValueError("a request appears twice in the step plan")
+    return chunks

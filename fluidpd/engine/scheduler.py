@@ -19,6 +19,8 @@ from fluidpd.engine.sequence import Sequence, SequenceStatus
 
 
 class Scheduler:
+    """Plans each step over the waiting and running sequences within the token, sequence and block budgets."""
+
     def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int) -> None:
         self.blocks = blocks
         self.max_num_seqs = max_num_seqs
@@ -69,6 +71,11 @@ class Scheduler:
 
     def has_work(self) -> bool:
         return bool(self.waiting) or bool(self.running)
+
+    def pop_dropped(self) -> list[Sequence]:
+        """The sequences dropped since the last call (the engine finishes them as "capacity")."""
+        dropped, self.dropped = self.dropped, []
+        return dropped
 
     # ------------------------------------------------------------------ planning
     def schedule(self) -> StepPlan:

@@ -41,10 +41,19 @@ class RooflineModel:
             raise ValueError(f"pp={pp} exceeds the model's {model.n_layers} layers")
         c = config if config is not None else latency_config(hw.name)
         self.model, self.hw, self.tp, self.pp, self.config = model, hw, int(tp), int(pp), c
+        act_b = 4 if model.dtype == "fp32" else 2  # activations stay 16-bit under fp8 weights
+        self._set_compute_costs(act_b)
+        self._set_comm_costs(act_b, pp_link_bw)
+        self._overhead = c.step_overhead_s
+        self._pp_loss = 1.0 + c.pp_stage_loss * (self.pp - 1)
+        self._hidden = c.overlap
+
+    def _set_compute_costs(self, act_b: int) -> None:
+        """Seconds per token, LM-head row, weight read, activation, attention pair and KV token on one rank."""
+        model, hw, tp, c = self.model, self.hw, self.tp, self.config
         gemm_peak = hw.flops(model.dtype) * c.mfu  # ValueError for fp8 on A100
         attn_peak = hw.flops("fp32" if model.dtype == "fp32" else "bf16") * c.attn_efficiency
         bw = hw.mem_bw * c.bw_efficiency
-        act_b = 4 if model.dtype == "fp32" else 2  # activations stay 16-bit under fp8 weights
         h, hd, nh, nkv = model.hidden, model.head_dim, model.n_heads, model.n_kv_heads
         L = model.n_layers
         # Fraction of heads one TP rank holds; KV heads are replicated when tp > n_kv_heads.
@@ -63,6 +72,10 @@ class RooflineModel:
         self._t_pair = model.attn_flops_per_pair * q_share / attn_peak
         self._t_kv = model.kv_bytes_per_token * self.kv_share / (hw.mem_bw * c.kv_bw_efficiency)
 
+    def _set_comm_costs(self, act_b: int, pp_link_bw: float | None) -> None:
+        """TP all-reduce and PP send costs: seconds per token and fixed per step (0 without TP / PP)."""
+        hw, tp, pp, c = self.hw, self.tp, self.pp, self.config
+        h, L = self.model.hidden, self.model.n_layers
         if tp > 1:
             link = hw.nvlink_bw_unidir * c.tp_comm_efficiency
             self._ar_tok = 2 * L * (2 * (tp - 1) / tp) * h * act_b / link
@@ -74,9 +87,6 @@ class RooflineModel:
             self._pp_fixed = c.p2p_latency_s
         else:
             self._pp_tok = self._pp_fixed = 0.0
-        self._overhead = c.step_overhead_s
-        self._pp_loss = 1.0 + c.pp_stage_loss * (self.pp - 1)
-        self._hidden = c.overlap
 
     # --- step times ---------------------------------------------------------------------
     def _full(self, s: StepShape) -> tuple[float, int]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from fluidpd.policy.view import blocks_for
 from fluidpd.runtime.config import RuntimeConfig
@@ -59,14 +61,58 @@ def build_coordinator(
     `profile` is given) and return the coordinator (not yet started: `await coordinator.start()`
     inside the serving event loop). `model_name`: the name clients use (default: `config.model`).
     `placement`: where Ray workers go (`ray_placement`; default: reserved here)."""
-    import torch
-
-    from fluidpd.core.memory import rss_bytes
-    from fluidpd.engine.engine import LLMEngine, load_model
-    from fluidpd.runtime.backend import make_worker, start_workers
-    from fluidpd.runtime.profile import profile_engine
+    from fluidpd.runtime.backend import make_worker
 
     log = log or _stderr
+    probe = _probe(config, runtime, log, profile)
+    shared: dict = {"model": probe.model, "tokenizer": probe.tokenizer} if runtime.backend == "inprocess" else {}
+    if runtime.backend == "ray":
+        from fluidpd.runtime.ray_links import ray_placement
+
+        gpus = str(config.device).startswith("cuda")
+        shared["placement"] = placement or ray_placement(runtime, gpus, log)[0]
+
+    def spawn(i: int):
+        return make_worker(runtime.backend, i, config, **shared)
+
+    backends = [spawn(i) for i in range(runtime.workers)]
+    _start(backends, runtime, bool(shared), log)
+    return Coordinator(
+        backends,
+        probe.tokenizer,
+        model_name or config.model,
+        probe.max_model_len,
+        probe.vocab_size,
+        probe.kv_blocks,
+        config.block_size,
+        probe.kv_bytes_per_token,
+        probe.profile,
+        runtime,
+        spawn,
+        release=shared["placement"].remove if "placement" in shared else None,
+    )
+
+
+@dataclass
+class _Probe:
+    """What one engine loaded (and profiled) in this process tells the coordinator about every worker."""
+
+    model: Any
+    tokenizer: Any
+    max_model_len: int
+    profile: EngineProfile
+    kv_blocks: int
+    kv_bytes_per_token: float
+    vocab_size: int
+
+
+def _probe(config, runtime: RuntimeConfig, log, profile: EngineProfile | None) -> _Probe:
+    """Load the model, size max_model_len on an engine of `config` and profile it (unless `profile` is given)."""
+    import torch
+
+    from fluidpd.engine.engine import LLMEngine, load_model
+    from fluidpd.runtime.profile import profile_engine
+
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     model, tokenizer = load_model(config)
@@ -85,39 +131,21 @@ def build_coordinator(
         f"profile: f_P(512) = {profile.prefill_time(512) * 1e3:.0f} ms, decode step "
         f"{profile.decode_step_s * 1e3:.1f} ms, L_m = {profile.prefill_batch_tokens} tokens"
     )
-    kv_blocks, block_size = probe.blocks.num_blocks, config.block_size
-    kv_bytes_per_token = probe.arena.block_bytes / block_size
-    vocab = probe.model_config.vocab_size
-    shared: dict = {"model": model, "tokenizer": tokenizer} if runtime.backend == "inprocess" else {}
-    del probe
-    if runtime.backend == "ray":
-        from fluidpd.runtime.ray_links import ray_placement
+    kv_bytes_per_token = probe.arena.block_bytes / config.block_size
+    return _Probe(
+        model, tokenizer, max_len, profile, probe.blocks.num_blocks, kv_bytes_per_token, probe.model_config.vocab_size
+    )
 
-        gpus = str(config.device).startswith("cuda")
-        shared["placement"] = placement or ray_placement(runtime, gpus, log)[0]
 
-    def spawn(i: int):
-        return make_worker(runtime.backend, i, config, **shared)
+def _start(backends: list, runtime: RuntimeConfig, shared: bool, log) -> None:
+    """Start the workers and log how long that took and the memory each holds."""
+    from fluidpd.core.memory import rss_bytes
+    from fluidpd.runtime.backend import start_workers
 
-    backends = [spawn(i) for i in range(runtime.workers)]
     t1 = time.perf_counter()
     start_workers(backends)
     rss = ", ".join(f"{rss_bytes(b.pid) / 2**30:.2f}" for b in backends)
     log(
         f"started {runtime.workers} {runtime.backend} worker(s) in {time.perf_counter() - t1:.1f} s, "
         f"policy {runtime.policy}; resident memory per worker (GiB{', one shared process' if shared else ''}): {rss}"
-    )
-    return Coordinator(
-        backends,
-        tokenizer,
-        model_name or config.model,
-        max_len,
-        vocab,
-        kv_blocks,
-        block_size,
-        kv_bytes_per_token,
-        profile,
-        runtime,
-        spawn,
-        release=shared["placement"].remove if "placement" in shared else None,
     )

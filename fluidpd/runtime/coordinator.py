@@ -22,8 +22,9 @@ from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pr
 from fluidpd.policy.view import Role, blocks_for
 from fluidpd.runtime.api import Conflict, GenerationRequest, Overloaded, Unavailable
 from fluidpd.runtime.clock import RealtimeLoop
-from fluidpd.runtime.cluster import Live, RuntimeCluster
+from fluidpd.runtime.cluster import RuntimeCluster
 from fluidpd.runtime.config import RuntimeConfig
+from fluidpd.runtime.live import Live
 from fluidpd.runtime.profile import EngineProfile
 from fluidpd.runtime.steplog import StepLog
 from fluidpd.runtime.streams import Stream

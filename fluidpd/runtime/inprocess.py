@@ -1,7 +1,7 @@
 """InProcessWorker: the engine in this process; its calls run on one dedicated thread.
 
 For fast tests and single-process serving. Several in-process workers can share one model
-(`fluidpd.engine.engine.load_model` once, pass `model=` and `tokenizer=`). Arguments and results
+(`fluidpd.engine.model_loading.load_model` once, pass `model=` and `tokenizer=`). Arguments and results
 are passed by reference (nothing is pickled): do not mutate a plan after submitting it.
 KV moves between in-process workers with the "local" transport (the payload itself) by default.
 """

@@ -93,7 +93,7 @@ class StartInfo:
     engine_build_s: float
     warmup_s: float
     total_s: float
-    stats: Any  # fluidpd.engine.engine.EngineStats
+    stats: Any  # fluidpd.engine.outputs.EngineStats
     max_model_len: int
     kv_layout: Any  # fluidpd.engine.kv_transfer.KVLayout
     vocab_size: int = 0

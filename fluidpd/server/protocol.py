@@ -142,20 +142,7 @@ def sampling_params(req: _Sampling, prompt_len: int, max_model_len: int, prompt_
             param=prompt_param,
             code="context_length_exceeded",
         )
-    chat = isinstance(req, ChatCompletionRequest)
-    sent = {}  # SamplingParams field -> the OpenAI field it came from
-    max_tokens = req.max_tokens
-    if chat and req.max_completion_tokens is not None:
-        max_tokens, sent["max_tokens"] = req.max_completion_tokens, "max_completion_tokens"
-    if max_tokens is None:
-        max_tokens = max(max_model_len - prompt_len, 1) if chat else 16
-    if chat:
-        if req.top_logprobs and not req.logprobs:
-            raise bad_request("top_logprobs needs logprobs=true", "top_logprobs")
-        logprobs = (req.top_logprobs or 0) if req.logprobs else None
-        sent["logprobs"] = "top_logprobs"
-    else:
-        logprobs = req.logprobs
+    max_tokens, logprobs, sent = _length_and_logprobs(req, prompt_len, max_model_len)
     try:
         params = SamplingParams(
             max_tokens=max_tokens,
@@ -173,14 +160,32 @@ def sampling_params(req: _Sampling, prompt_len: int, max_model_len: int, prompt_
         name = sent.get(exc.param, exc.param)
         raise bad_request(f"{name} must be {exc.expected}, got {exc.value!r}", name) from None
     if prompt_len + params.max_tokens > max_model_len:
-        mt_param = sent.get("max_tokens", "max_tokens")
         raise APIError(
             400,
             f"This model's maximum context length is {max_model_len} tokens. However, you "
             f"requested {prompt_len + params.max_tokens} tokens ({prompt_len} in the prompt, "
             f"{params.max_tokens} in the completion). Please reduce the length of the prompt "
             f"or completion.",
-            param=mt_param,
+            param=sent.get("max_tokens", "max_tokens"),
             code="context_length_exceeded",
         )
     return params
+
+
+def _length_and_logprobs(req: _Sampling, prompt_len: int, max_model_len: int) -> tuple[int, int | None, dict]:
+    """max_tokens and logprobs as SamplingParams takes them, and which OpenAI field each came from if renamed."""
+    chat = isinstance(req, ChatCompletionRequest)
+    sent = {}  # SamplingParams field -> the OpenAI field it came from
+    max_tokens = req.max_tokens
+    if chat and req.max_completion_tokens is not None:
+        max_tokens, sent["max_tokens"] = req.max_completion_tokens, "max_completion_tokens"
+    if max_tokens is None:
+        max_tokens = max(max_model_len - prompt_len, 1) if chat else 16
+    if chat:
+        if req.top_logprobs and not req.logprobs:
+            raise bad_request("top_logprobs needs logprobs=true", "top_logprobs")
+        logprobs = (req.top_logprobs or 0) if req.logprobs else None
+        sent["logprobs"] = "top_logprobs"
+    else:
+        logprobs = req.logprobs
+    return max_tokens, logprobs, sent

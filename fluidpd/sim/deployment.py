@@ -19,7 +19,7 @@ from fluidpd.core.metrics import MetricsCollector, Slo
 from fluidpd.latency.config import LatencyConfig
 from fluidpd.latency.profiled import latency_model
 from fluidpd.latency.roofline import RooflineModel
-from fluidpd.policy.base import PolicyConfig
+from fluidpd.policy.base import Policy, PolicyConfig
 from fluidpd.policy.costs import CostModel
 from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.policy.registry import POLICIES, make_policy
@@ -101,20 +101,7 @@ def simulate_deployment(
     kv = [models[g.tp, g.pp].kv_blocks(sim.block_size, scratch) // g.pp for g, _, _ in lanes]
     prefill = [g for g, _, _ in lanes if g.role is Role.PREFILL]
     first = models[prefill[0].tp, prefill[0].pp] if prefill else models[lanes[0][0].tp, lanes[0][0].pp]
-    cfg = policy or PolicyConfig()
-    cfg = replace(
-        cfg,
-        prefill_workers=len(prefill) or cfg.prefill_workers,
-        prefill_batch_tokens=cfg.prefill_batch_tokens or prefill_saturation_tokens(first),
-    )
-    costs = None
-    if POLICIES.get(policy_name).needs_costs:
-        from fluidpd.latency.fit import fit_attention_pair_time, fit_chunk_time, fit_prefill_time
-
-        costs = CostModel(
-            slo, fit_prefill_time(first), fit_chunk_time(first), attn_pair_s=fit_attention_pair_time(first)
-        )
-    pol = make_policy(policy_name, cfg, fluid, costs)
+    pol = _lane_policy(policy_name, policy, fluid, slo, len(prefill), first)
     network = Network(NetworkConfig(intra_node_bw=hw.nvlink_bw_unidir, inter_node_bw=hw.internode_bw))
     sim = first.sim_config(sim)  # a profiled host's contention, jitter and remap time
     cluster = SimCluster(
@@ -129,3 +116,28 @@ def simulate_deployment(
         nodes=[node for _, _, node in lanes],
     )
     return run_cluster(cluster, policy_name)
+
+
+def _lane_policy(
+    policy_name: str,
+    policy: PolicyConfig | None,
+    fluid: FluidConfig | None,
+    slo: Slo,
+    n_prefill: int,
+    first: RooflineModel,
+) -> Policy:
+    """The policy over the lanes: `n_prefill` prefill workers, a prefill batch that saturates `first`."""
+    cfg = policy or PolicyConfig()
+    cfg = replace(
+        cfg,
+        prefill_workers=n_prefill or cfg.prefill_workers,
+        prefill_batch_tokens=cfg.prefill_batch_tokens or prefill_saturation_tokens(first),
+    )
+    costs = None
+    if POLICIES.get(policy_name).needs_costs:
+        from fluidpd.latency.fit import fit_attention_pair_time, fit_chunk_time, fit_prefill_time
+
+        costs = CostModel(
+            slo, fit_prefill_time(first), fit_chunk_time(first), attn_pair_s=fit_attention_pair_time(first)
+        )
+    return make_policy(policy_name, cfg, fluid, costs)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
 
 import numpy as np
@@ -109,43 +111,66 @@ def load_claude_code(
     sessions = read_csv(sp, ("trace", "duration_s"))
     index = {s: i for i, s in enumerate(sessions.strings("trace"))}
     durations = sessions.numbers("duration_s")
-    sess, t_s, prompt, output, hashes, lines = [], [], [], [], [], []
-    for line, obj in read_jsonl(p):
-        sid = field(obj, "trace", str, p, line)
-        if sid not in index:
-            raise ValueError(f"{p}: line {line}: session {sid!r} is not in {sp}")
-        sess.append(index[sid])
-        t_s.append(field(obj, "t_s", float, p, line))
-        n_in = field(obj, "input_tokens", int, p, line)
-        if uncached_only:
-            n_in -= field(obj, "prefix_hit_blocks", int, p, line) * field(obj, "block_size", int, p, line)
-        prompt.append(max(n_in, 1) if uncached_only else n_in)
-        output.append(field(obj, "output_tokens", int, p, line))
-        if with_hashes:
-            try:
-                hashes.append(_expand_runs(field(obj, "hash_runs", list, p, line), index[sid]))
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"{p}: line {line}: bad hash_runs ({e})") from None
-        lines.append(line)
+    rows = _claude_rows(p, sp, index, uncached_only, with_hashes)
     prompt_len, output_len = _check_lengths(
-        np.array(prompt, np.int64), np.array(output, np.int64), _line_error(p, lines)
+        np.array(rows.prompt, np.int64), np.array(rows.output, np.int64), _line_error(p, rows.lines)
     )
-    if len(durations) and not (durations > 0).any():
-        raise ValueError(f"{sp}: no session has a positive duration_s")
-    rng = np.random.default_rng(seed)
-    gaps = rng.exponential(durations.mean() / concurrency, len(durations)) if len(durations) else np.empty(0)
-    starts = np.empty(len(durations))
-    starts[rng.permutation(len(durations))] = np.cumsum(gaps) - (gaps[0] if len(gaps) else 0.0)
-    t = starts[np.array(sess, np.int64)] + np.array(t_s, np.float64)
+    starts = _session_starts(durations, concurrency, seed, sp)
+    t = starts[np.array(rows.session, np.int64)] + np.array(rows.t_s, np.float64)
     name = "claude_code_uncached" if uncached_only else "claude_code"
     return _sorted_trace(
         name,
         t - t.min() if len(t) else t,
         prompt_len,
         output_len,
-        hashes if with_hashes else None,
+        rows.hashes if with_hashes else None,
         64 if with_hashes else None,
     )
+
+
+@dataclass
+class _ClaudeRows:
+    """The columns of the Claude Code requests file, one entry per request in file order."""
+
+    session: list[int] = dc_field(default_factory=list)  # index into the sessions file
+    t_s: list[float] = dc_field(default_factory=list)
+    prompt: list[int] = dc_field(default_factory=list)
+    output: list[int] = dc_field(default_factory=list)
+    hashes: list[np.ndarray] = dc_field(default_factory=list)
+    lines: list[int] = dc_field(default_factory=list)
+
+
+def _claude_rows(p: Path, sp: Path, index: dict[str, int], uncached_only: bool, with_hashes: bool) -> _ClaudeRows:
+    rows = _ClaudeRows()
+    for line, obj in read_jsonl(p):
+        sid = field(obj, "trace", str, p, line)
+        if sid not in index:
+            raise ValueError(f"{p}: line {line}: session {sid!r} is not in {sp}")
+        rows.session.append(index[sid])
+        rows.t_s.append(field(obj, "t_s", float, p, line))
+        n_in = field(obj, "input_tokens", int, p, line)
+        if uncached_only:
+            n_in -= field(obj, "prefix_hit_blocks", int, p, line) * field(obj, "block_size", int, p, line)
+        rows.prompt.append(max(n_in, 1) if uncached_only else n_in)
+        rows.output.append(field(obj, "output_tokens", int, p, line))
+        if with_hashes:
+            try:
+                rows.hashes.append(_expand_runs(field(obj, "hash_runs", list, p, line), index[sid]))
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{p}: line {line}: bad hash_runs ({e})") from None
+        rows.lines.append(line)
+    return rows
+
+
+def _session_starts(durations: np.ndarray, concurrency: float, seed: Seed, sp: Path) -> np.ndarray:
+    """Session start times: a Poisson process of rate concurrency / mean duration, in a seeded random order."""
+    if len(durations) and not (durations > 0).any():
+        raise ValueError(f"{sp}: no session has a positive duration_s")
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(durations.mean() / concurrency, len(durations)) if len(durations) else np.empty(0)
+    starts = np.empty(len(durations))
+    starts[rng.permutation(len(durations))] = np.cumsum(gaps) - (gaps[0] if len(gaps) else 0.0)
+    return starts
 
 
 def load_lengths(path: str | Path | None = None, *, kind: str = "sharegpt") -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from fluidpd.bench.host_profile import PARTS, ProfileConfig, measure_profile, spec_of
+from fluidpd.bench.host_profile.config import PARTS, ProfileConfig
+from fluidpd.bench.host_profile.measure import measure_profile, spec_of
 from fluidpd.engine.config import EngineConfig
 from fluidpd.latency.profiled import fit_steps
 

@@ -41,7 +41,7 @@ ROW_KEYS = {
     "url", ["http://127.0.0.1:8000", "http://127.3.2.1:1/v1", "http://localhost:8000/", "http://[::1]:8000"]
 )
 def test_loopback_urls_are_accepted(url):
-    from fluidpd.bench.loadgen import check_loopback
+    from fluidpd.bench.loadgen.target import check_loopback
 
     base = check_loopback(url)
     assert not base.endswith("/v1") and not base.endswith("/")
@@ -65,7 +65,7 @@ def test_non_loopback_targets_exit_2(url, capsys):
 
 def test_prompts_have_exact_lengths_and_clipping_is_counted():
     from fluidpd.bench.corpus import load_corpus
-    from fluidpd.bench.loadgen import plan_requests
+    from fluidpd.bench.loadgen.requests import plan_requests
 
     assert len(load_corpus()) > 20_000
     trace = Trace("t", np.array([0.0, 0.5, 1.0, 2.0]), np.array([10, 300, 900, 5]), np.array([5, 50, 20, 600]))
@@ -80,7 +80,8 @@ def test_prompts_have_exact_lengths_and_clipping_is_counted():
 
 
 def test_summary_counts_failures_as_misses():
-    from fluidpd.bench.loadgen import BenchResult, summarize
+    from fluidpd.bench.loadgen.aggregate import summarize
+    from fluidpd.bench.loadgen.requests import BenchResult
 
     ok = BenchResult(0, 10, 3, send_s=0.0, token_s=[0.2, 0.3, 0.4], finish_s=0.4, finish_reason="length")
     slow = BenchResult(1, 10, 3, send_s=1.0, token_s=[3.5, 3.6, 3.7], finish_s=3.7, finish_reason="length")

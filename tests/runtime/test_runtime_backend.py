@@ -13,7 +13,7 @@ import torch
 from rtbackend_help import NUM_KV_BLOCKS, decode, run_to_end, smol, start_request, tiny_config
 
 from fluidpd.engine.block_manager import NoFreeBlocksError
-from fluidpd.engine.engine import EngineStats, ResizeResult, StepResult
+from fluidpd.engine.outputs import EngineStats, ResizeResult, StepResult
 from fluidpd.engine.plan import PrefillChunk, StepPlan
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.runtime.backend import WorkerBackend, start_workers

@@ -1,0 +1,40 @@
+"""The serving runtime's per-step overhead: plans sent to a worker process and timed there and back."""
+
+from __future__ import annotations
+
+import time
+from statistics import median
+
+from fluidpd.bench.host_profile.step_bench import with_blocks
+
+
+def measure_dispatch(engine_config, repeats: int) -> dict:
+    """The serving runtime's overhead per step: a worker process of the process backend runs
+    decode steps (batch 1 and 8) and 256-token prefills sent from here; the wall time from sending
+    the plan to having its result, less the engine's own step time (pickling, the pipe, threads)."""
+    from fluidpd.engine.plan import PrefillChunk, StepPlan
+    from fluidpd.engine.sampling import SamplingParams
+    from fluidpd.runtime.backend import make_worker
+
+    params = SamplingParams(max_tokens=10_000, ignore_eos=True)
+    worker = make_worker("process", 0, with_blocks(engine_config, 256))  # 8 x 256 decoding + a prefill
+    try:
+        worker.start()
+
+        def overhead(plan) -> float:
+            t0 = time.perf_counter()
+            res = worker.submit("run_step", plan).result()
+            return time.perf_counter() - t0 - res.step_s
+
+        ids = [worker.submit("add_request", f"d{i}", list(range(100, 356)), params).result() for i in range(8)]
+        for rid in ids:
+            worker.submit("run_step", StepPlan(prefills=[PrefillChunk(rid, 256)])).result()
+        decode = [overhead(StepPlan(decodes=ids[:b])) for b in (1, 8) for _ in range(repeats)]
+        prefill = []
+        for i in range(repeats):
+            rid = worker.submit("add_request", f"p{i}", list(range(200, 456)), params).result()
+            prefill.append(overhead(StepPlan(prefills=[PrefillChunk(rid, 256)])))
+            worker.submit("abort", rid).result()
+        return {"decode_s": median(decode), "prefill_s": median(prefill), "steps": len(decode) + len(prefill)}
+    finally:
+        worker.close()

@@ -1,0 +1,100 @@
+"""Talking to the server: its model and limits, its tokenizer, and one streamed completion."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from fluidpd.bench.loadgen.requests import BenchRequest, BenchResult
+
+
+async def server_info(client, base: str) -> dict:
+    """Model name and max_model_len from /v1/models; policy from /v1/admin/cluster when there is one."""
+    r = await client.get(f"{base}/v1/models")
+    r.raise_for_status()
+    data = r.json().get("data") or []
+    if not data:
+        raise ValueError(f"{base}/v1/models lists no model")
+    info = {"model": data[0]["id"], "max_model_len": data[0].get("max_model_len"), "policy": None}
+    try:
+        c = await client.get(f"{base}/v1/admin/cluster")
+        if c.status_code == 200:
+            state = c.json()
+            info["policy"] = state.get("policy")
+            info["workers"] = len(state.get("workers") or [])
+    except Exception:  # noqa: BLE001 - optional
+        pass
+    return info
+
+
+async def tokenize(client, base: str, model: str, text: str) -> tuple[list[int], int | None]:
+    r = await client.post(f"{base}/tokenize", json={"model": model, "prompt": text, "add_special_tokens": False})
+    r.raise_for_status()
+    body = r.json()
+    return list(body["tokens"]), body.get("max_model_len")
+
+
+async def send_one(
+    client, base: str, model: str, req: BenchRequest, t0: float, res: BenchResult, temperature: float = 0.0
+) -> None:
+    """Stream one completion; fills `res` (times relative to t0)."""
+    body = {
+        "model": model,
+        "prompt": req.prompt_ids,
+        "max_tokens": req.max_tokens,
+        "temperature": temperature,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+    }
+    res.send_s = time.perf_counter() - t0
+    try:
+        async with client.stream("POST", f"{base}/v1/completions", json=body) as resp:
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode(errors="replace")
+                res.error = f"HTTP {resp.status_code}: {_message(text)}"
+                return
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]" or not _record(data, time.perf_counter() - t0, res):
+                    break
+    except asyncio.CancelledError:
+        res.error = res.error or "not finished before the drain timeout"
+        raise
+    except Exception as exc:  # noqa: BLE001 - every failure is a miss, reported
+        res.error = f"{type(exc).__name__}: {exc}"
+    if res.error is None and res.finish_reason is None:
+        res.error = "stream ended without a finish_reason"
+
+
+def _record(data: str, now: float, res: BenchResult) -> bool:
+    """One streamed chunk into `res` (its tokens arrived at `now`); False when it is an error."""
+    obj = json.loads(data)
+    if "error" in obj:
+        res.error = _message(data)
+        res.finish_s = now
+        return False
+    usage = obj.get("usage")
+    for choice in obj.get("choices") or []:
+        ids = choice.get("token_ids")
+        n = len(ids) if ids is not None else (1 if choice.get("text") else 0)
+        res.token_s.extend([now] * n)
+        if choice.get("finish_reason"):
+            res.finish_reason = choice["finish_reason"]
+            res.finish_s = now
+    if usage and usage.get("completion_tokens", 0) > len(res.token_s) and res.token_s:
+        # chunks without token ids: the rest came with the last one
+        res.token_s.extend([res.token_s[-1]] * (usage["completion_tokens"] - len(res.token_s)))
+    return True
+
+
+def _message(text: str) -> str:
+    try:
+        err = json.loads(text).get("error")
+        return err.get("message", str(err)) if isinstance(err, dict) else str(err)
+    except (ValueError, AttributeError):
+        return text[:200]

@@ -1,0 +1,86 @@
+"""What the engine hands back: a finished request, one step's per-request output, step and resize timings, stats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fluidpd.engine.sampling import TokenLogprob
+from fluidpd.engine.sequence import Sequence
+
+
+@dataclass
+class RequestOutput:
+    """A finished request: its prompt, its output tokens and text, and why it stopped."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str | None
+    finish_reason: str | None
+    logprobs: list[TokenLogprob] | None = None
+    num_preemptions: int = 0
+
+    @classmethod
+    def of(cls, seq: Sequence, text: str | None) -> RequestOutput:
+        return cls(
+            seq.request_id,
+            seq.token_ids[: seq.prompt_len],
+            list(seq.output_token_ids),
+            text,
+            seq.finish_reason,
+            seq.logprobs,
+            seq.num_preemptions,
+        )
+
+
+@dataclass
+class StepOutput:
+    """What one step did to one request: 0 or 1 new token, and whether it finished."""
+
+    request_id: str
+    new_token_ids: list[int]
+    num_computed: int
+    finished: bool = False
+    finish_reason: str | None = None
+    logprobs: list[TokenLogprob] | None = None
+    output: RequestOutput | None = None  # the whole output, once finished
+
+
+@dataclass
+class StepResult:
+    """The outputs of one `run_step` and where its time went."""
+
+    outputs: list[StepOutput]
+    step_s: float  # wall time of the whole step (planning excluded)
+    forward_s: float  # batch building + forward + logits to host
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    cpu_s: float = 0.0  # CPU time of the calling thread over the step (cpu_s / step_s: the share of a core it got)
+
+
+@dataclass
+class ResizeResult:
+    """One `resize_kv`: the pool before and after, the live blocks it moved, its time."""
+
+    old_blocks: int
+    new_blocks: int
+    moved_blocks: int
+    seconds: float
+
+
+@dataclass
+class EngineStats:
+    """The engine's KV pool, queues and memory split at one moment."""
+
+    num_kv_blocks: int
+    num_free_blocks: int
+    num_used_blocks: int
+    max_kv_blocks: int
+    num_waiting: int
+    num_running: int
+    block_size: int
+    block_bytes: int
+    arena_bytes: int
+    kv_bytes: int
+    scratch_bytes: int
+    weight_bytes: int = 0
