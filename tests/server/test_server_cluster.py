@@ -12,6 +12,8 @@ from fluidpd.policy.base import PolicyConfig
 from fluidpd.runtime.build import build_coordinator
 from fluidpd.runtime.config import RuntimeConfig
 
+pytestmark = pytest.mark.slow  # a 3-worker cluster behind the server
+
 
 @pytest.fixture(scope="module")
 def cluster_server():
