@@ -82,6 +82,7 @@ def test_profile_cli_rejects_bad_flags(tmp_path):
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.slow
 def test_profile_parts_update_an_existing_profile_only(tmp_path):
     out = tmp_path / "p.json"
     cmd = [sys.executable, "-m", "fluidpd.cli", "profile", "--load-format", "dummy", "--out", str(out)]

@@ -43,6 +43,7 @@ def test_batched_with_other_requests_of_different_lengths(make_engine, reference
     assert [o.token_ids for o in outs] == reference
 
 
+@pytest.mark.slow
 def test_staggered_arrivals_mix_prefill_and_decode(make_engine, reference):
     """Requests arrive while others decode: steps mix prefill chunks with decodes."""
     eng = make_engine(num_kv_blocks=128, max_num_batched_tokens=24)
@@ -63,6 +64,7 @@ def test_staggered_arrivals_mix_prefill_and_decode(make_engine, reference):
     assert [done[i] for i in range(len(PROMPTS))] == reference
 
 
+@pytest.mark.slow
 def test_chunked_prefill_random_chunk_sizes(make_engine, reference):
     """An external plan (as FluidToken builds) prefills in random chunks, then decodes."""
     rng = random.Random(7)
@@ -119,6 +121,7 @@ def test_preemption_by_recompute_in_a_tiny_pool(make_engine, reference):
     assert [o.token_ids for o in outs] == reference[:4]
 
 
+@pytest.mark.slow
 def test_resize_kv_with_live_sequences(make_engine, reference):
     eng = make_engine(num_kv_blocks=64, scratch_bytes=64 * 737280)
     buf = eng.arena.buffer.data_ptr()

@@ -65,6 +65,7 @@ def test_quantised_weights_stream_fewer_bytes(models):
     assert models["int8"][0].weight_bytes() < 0.35 * full
 
 
+@pytest.mark.slow
 def test_fp16_logits_and_perplexity_stay_within_the_stated_tolerance(models):
     ref_eng, eng = _engine(models, "none", num_kv_blocks=16), _engine(models, "fp16", num_kv_blocks=16)
     ids = ref_eng.tokenizer.encode(HELD)
@@ -74,12 +75,14 @@ def test_fp16_logits_and_perplexity_stay_within_the_stated_tolerance(models):
     assert abs(_ppl(got, ids) / _ppl(ref, ids) - 1) <= FP16_PPL_REL
 
 
+@pytest.mark.slow
 def test_fp16_greedy_outputs_equal_the_reference(models, reference):
     eng = _engine(models, "fp16", num_kv_blocks=64)
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
     assert [o.token_ids for o in eng.generate(PROMPTS, params)] == reference
 
 
+@pytest.mark.slow
 def test_int8_perplexity_and_top1_stay_within_the_stated_tolerance(models):
     ref_eng, eng = _engine(models, "none", num_kv_blocks=16), _engine(models, "int8", num_kv_blocks=16)
     ids = ref_eng.tokenizer.encode(HELD)
@@ -102,6 +105,7 @@ def test_int8_rows_are_independent_of_the_rest_of_the_batch():
         assert (whole[i] - exact).abs().max().item() <= 0.03 * exact.abs().max().item()
 
 
+@pytest.mark.slow
 def test_fp16_chunked_prefill_and_batched_decode_match_each_prompt_alone(models):
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
     alone = [_engine(models, "fp16", num_kv_blocks=64).generate([p], params)[0].token_ids for p in PROMPTS]
@@ -109,6 +113,7 @@ def test_fp16_chunked_prefill_and_batched_decode_match_each_prompt_alone(models)
     assert [o.token_ids for o in batched] == alone
 
 
+@pytest.mark.slow
 def test_tied_embedding_rows_come_from_the_quantised_table(models):
     ids = torch.tensor([0, 17, 4000, 49151])
     ref = models["none"][0].embed_tokens(ids)

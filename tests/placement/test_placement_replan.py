@@ -83,6 +83,7 @@ def test_a_persistent_shift_replans_toward_prefill(runs):
         assert first.prompt_mean > 1000
 
 
+@pytest.mark.slow
 def test_distserve_restarts_and_nothing_is_lost(runs):
     _, res, trace = runs["distserve"]
     restarts = [t for t in res.cluster.policy.transitions if t.is_restart]
@@ -93,6 +94,7 @@ def test_distserve_restarts_and_nothing_is_lost(runs):
     assert all(w.kv_blocks_used == 0 for w in res.cluster.workers)
 
 
+@pytest.mark.slow
 def test_fluidpd_applies_plans_in_place(runs):
     _, res, trace = runs["fluidpd"]
     ts = res.cluster.policy.transitions
