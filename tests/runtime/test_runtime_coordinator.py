@@ -74,7 +74,7 @@ async def serve(coord, ids, max_tokens=12, hook=None):
                 reason = ev.finish_reason or reason
             return toks, reason
 
-        return await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), timeout=300)
+        return await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), timeout=900)
     finally:
         state = coord.cluster_state()
         await coord.stop()

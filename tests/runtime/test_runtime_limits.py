@@ -80,7 +80,7 @@ def test_a_request_at_the_advertised_limit_is_served_by_the_cluster(probe, overr
         try:
             with pytest.raises(ValueError, match="max_model_len"):
                 submit(coord, "over", ids, 9)
-            result = await asyncio.wait_for(collect(submit(coord, "at", ids, 8)), 300)
+            result = await asyncio.wait_for(collect(submit(coord, "at", ids, 8)), 900)
             return result, coord.cluster_state()
         finally:
             await coord.stop()
@@ -111,9 +111,9 @@ def test_a_request_its_engine_refuses_fails_alone_and_the_cluster_carries_on(pro
         prefill.add_request = refuse
         try:
             results = await asyncio.wait_for(
-                asyncio.gather(*(collect(submit(coord, f"r{i}", p, 6)) for i, p in enumerate(ids))), 300
+                asyncio.gather(*(collect(submit(coord, f"r{i}", p, 6)) for i, p in enumerate(ids))), 900
             )
-            again = await asyncio.wait_for(collect(submit(coord, "again", ids[1], 6)), 300)
+            again = await asyncio.wait_for(collect(submit(coord, "again", ids[1], 6)), 900)
             return results, again, coord.healthy, coord.cluster_state()
         finally:
             await coord.stop()
@@ -141,8 +141,8 @@ def test_a_failed_step_reaches_its_streams_without_internal_text(probe, caplog):
 
         engine.run_step = boom
         try:
-            first = await asyncio.wait_for(collect(submit(coord, "r0", list(range(200, 230)), 6)), 300)
-            again = await asyncio.wait_for(collect(submit(coord, "r1", list(range(200, 230)), 6)), 300)
+            first = await asyncio.wait_for(collect(submit(coord, "r0", list(range(200, 230)), 6)), 900)
+            again = await asyncio.wait_for(collect(submit(coord, "r1", list(range(200, 230)), 6)), 900)
             return first, again
         finally:
             await coord.stop()

@@ -84,8 +84,8 @@ async def stream_all(coord, ids, hook=None, wait_replaced: bool = False):
                     await hook(coord)
             return toks, reason
 
-        results = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), 300)
-        for _ in range(1200 if wait_replaced else 0):  # a replacement actor starts: seconds
+        results = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), 900)
+        for _ in range(6000 if wait_replaced else 0):  # a replacement actor starts: seconds (minutes, loaded)
             if coord.status()["status"] == "ok":
                 break
             await asyncio.sleep(0.1)
