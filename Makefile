@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(BIN)/mkdocs build --strict -q
 
 test: lint
-	$(PYTEST) -m "slow or not slow"
+	$(PYTEST) -m "slow or not slow" --durations=25
 
 test-fast: lint
 	$(PYTEST) -m "not slow"
