@@ -38,21 +38,15 @@ def test_the_readme_is_a_front_page():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("make_run_server")
-@pytest.mark.parametrize("cmd", ONLINE)
-def test_http_example(cmd, tmp_path):
-    check_http(cmd, run(cmd, tmp_path, timeout=600))
-
-
-@pytest.mark.slow
-@pytest.mark.usefixtures("make_run_server")
-@pytest.mark.parametrize("code", PYTHON)
-def test_python_example(code, tmp_path):
-    check_python(code, tmp_path)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("cmd", OFFLINE)
-def test_command_example(cmd, tmp_path):
-    res = run(cmd, tmp_path, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
+@pytest.mark.parametrize("example", ONLINE + PYTHON + OFFLINE)
+def test_example(example, tmp_path, request):
+    """Each command or python block, as written; those that talk to the server get `make run`'s."""
+    if example in OFFLINE:
+        res = run(example, tmp_path, timeout=900)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return
+    request.getfixturevalue("make_run_server")
+    if example in PYTHON:
+        check_python(example, tmp_path)
+    else:
+        check_http(example, run(example, tmp_path, timeout=600))

@@ -68,8 +68,9 @@ async def run(coord, ids, fault, after_tokens: int = 3):
             return toks, reason, ev.error
 
         results = await asyncio.wait_for(asyncio.gather(*(collect(i, s) for i, s in enumerate(streams))), 900)
+        switching = getattr(coord.cluster.policy, "switching", lambda: False)
         for _ in range(6000):  # the replacement joins (a process start: seconds; minutes on a loaded host)
-            if coord.status()["status"] == "ok":
+            if coord.status()["status"] == "ok" and not switching():  # and a role switch under way ends
                 break
             await asyncio.sleep(0.1)
         again = coord.submit(GenerationRequest("after", ids[0], SamplingParams(max_tokens=4, ignore_eos=True)))

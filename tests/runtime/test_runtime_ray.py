@@ -85,6 +85,11 @@ async def stream_all(coord, ids, hook=None, wait_replaced: bool = False):
             return toks, reason
 
         results = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), 900)
+        switching = getattr(coord.cluster.policy, "switching", lambda: False)
+        for _ in range(6000):  # a role switch may outlast the streams on a slow host: let it finish
+            if not switching():
+                break
+            await asyncio.sleep(0.1)
         for _ in range(6000 if wait_replaced else 0):  # a replacement actor starts: seconds (minutes, loaded)
             if coord.status()["status"] == "ok":
                 break
