@@ -18,10 +18,14 @@ from fluidpd.engine.engine import LLMEngine, load_model
 from fluidpd.engine.loaders import load_checkpoint
 from fluidpd.engine.plan import PrefillChunk, StepPlan
 from fluidpd.engine.sampling import SamplingParams
+from fluidpd.policy.fluidconfig import FluidConfig
 
 torch.set_num_threads(1)
 
 NUM_KV_BLOCKS = 256
+# tests that force role switches: those are the only ones (FluidPD's own decisions, timing-dependent
+# on a loaded host, are held off) and a slow drain never rolls back
+FORCED_ONLY = FluidConfig(tau_persist_s=1e9, drain_timeout_s=0)
 PROMPTS = [
     "The capital of France is",
     "Write a haiku about the sea.\nThe waves",

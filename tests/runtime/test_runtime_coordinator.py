@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 import torch
+from rtbackend_help import FORCED_ONLY
 
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.engine import LLMEngine, load_model
@@ -116,7 +117,7 @@ def test_step_log_records_every_step_with_its_shape_and_times(reference, tmp_pat
 
 def test_forced_fluidrole_switch_under_load_loses_no_token(reference):
     _, ids, expected = reference
-    coord = coordinator("fluidpd", 3, tbt_slo_s=0.5)
+    coord = coordinator("fluidpd", 3, tbt_slo_s=0.5, fluid=FORCED_ONLY)
 
     async def switch(c):
         await asyncio.sleep(0.05)
@@ -138,7 +139,7 @@ def test_a_hundred_forced_switches_under_streaming_load_lose_nothing(reference):
     """Streams keep arriving while the admin API switches a worker 100 times (each time one whose
     role has two serving workers): every stream gets the greedy reference tokens, none fails."""
     _, ids, expected = reference
-    coord = coordinator("fluidpd", 3, tbt_slo_s=0.5)
+    coord = coordinator("fluidpd", 3, tbt_slo_s=0.5, fluid=FORCED_ONLY)
     switches, results = 100, []
 
     async def go():

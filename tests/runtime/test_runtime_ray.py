@@ -11,7 +11,7 @@ import shutil
 import tempfile
 
 import pytest
-from rtbackend_help import served_setup
+from rtbackend_help import FORCED_ONLY, served_setup
 
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.policy.base import PolicyConfig
@@ -49,7 +49,7 @@ def setup(cluster):
     return served_setup(N, MAX_TOKENS)
 
 
-def coordinator(setup, policy: str, workers: int = 3):
+def coordinator(setup, policy: str, workers: int = 3, **kw):
     config, profile, _, _ = setup
     runtime = RuntimeConfig(
         workers=workers,
@@ -59,6 +59,7 @@ def coordinator(setup, policy: str, workers: int = 3):
         admit_ttft_factor=0,  # admission control is not the subject: a slow host must not 429
         heartbeat_timeout_s=5.0,  # actors share 2 cores with two raylets
         scheduling=PolicyConfig(prefill_workers=1, max_num_seqs=16),
+        **kw,
     )
     return build_coordinator(config, runtime, log=lambda m: None, profile=profile)
 
@@ -117,7 +118,7 @@ def test_workers_spread_over_nodes_and_kv_crosses_them(setup):
 
 def test_a_fluidrole_switch_across_nodes_loses_no_token(setup):
     _, _, ids, expected = setup
-    coord = coordinator(setup, "fluidpd")
+    coord = coordinator(setup, "fluidpd", fluid=FORCED_ONLY)
 
     async def switch(c):
         (d,) = [w.id for w in c.cluster.workers if w.role.value == "decode"][-1:]

@@ -9,6 +9,7 @@ import pytest
 
 from fluidpd.engine.config import EngineConfig
 from fluidpd.policy.base import PolicyConfig
+from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.runtime.build import build_coordinator
 from fluidpd.runtime.config import RuntimeConfig
 
@@ -31,6 +32,7 @@ def cluster_server():
         tbt_slo_s=0.5,
         admit_ttft_factor=0,  # admission control is not the subject: a slow host must not 429
         scheduling=PolicyConfig(prefill_workers=1, max_num_seqs=16),
+        fluid=FluidConfig(tau_persist_s=1e9, drain_timeout_s=0),  # only the admin's switches, never rolled back
     )
     coord = build_coordinator(config, runtime, "smollm2", log=lambda m: None)
     with BackgroundServer(build_app(coord)) as srv:
