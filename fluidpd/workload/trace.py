@@ -18,6 +18,10 @@ class Trace:
     hash_ids: list | None = None  # per request: prefix-block hash ids (kept for prefix-reuse work)
     hash_block_size: int | None = None  # tokens per hash block (Mooncake 512, Claude Code 64)
     span_s: float | None = None  # nominal end time (e.g. a window's length); None: the last arrival
+    # closed-loop sessions: a request with session >= 0 is its session's next turn, sent its think
+    # time after the session's previous request completes (its arrival_s is the open-loop time)
+    session: np.ndarray | None = None  # int64 session id per request (-1: not in a session)
+    think_time_s: np.ndarray | None = None  # float64 pause after the previous turn's answer
 
     def __post_init__(self) -> None:
         self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)
@@ -38,8 +42,25 @@ class Trace:
                 raise ValueError(f"trace {self.name!r}: prompt and output lengths must be >= 1 token")
         if self.hash_ids is not None and len(self.hash_ids) != n[0]:
             raise ValueError(f"trace {self.name!r}: {len(self.hash_ids)} hash_ids lists for {n[0]} requests")
+        self._check_sessions(n[0])
         if self.span_s is not None and (not np.isfinite(self.span_s) or (n[0] and self.span_s < self.arrival_s[-1])):
             raise ValueError(f"trace {self.name!r}: span_s={self.span_s} ends before the last arrival")
+
+    def _check_sessions(self, n: int) -> None:
+        if (self.session is None) != (self.think_time_s is None):
+            raise ValueError(f"trace {self.name!r}: session and think_time_s come together")
+        if self.session is None or self.think_time_s is None:
+            return
+        self.session = np.asarray(self.session, dtype=np.int64)
+        self.think_time_s = np.asarray(self.think_time_s, dtype=np.float64)
+        if self.session.shape != (n,) or self.think_time_s.shape != (n,):
+            raise ValueError(f"trace {self.name!r}: session and think_time_s need one entry per request")
+        if n and (not np.isfinite(self.think_time_s).all() or self.think_time_s.min() < 0):
+            raise ValueError(f"trace {self.name!r}: think times must be finite and >= 0")
+
+    @property
+    def has_sessions(self) -> bool:
+        return self.session is not None and bool((self.session >= 0).any())
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -94,10 +115,20 @@ class Trace:
 
     def _replace(self, arrival_s: np.ndarray, rows: slice, span_s: float | None) -> Trace:
         hashes = None if self.hash_ids is None else self.hash_ids[rows]
+        session = None if self.session is None else self.session[rows]
+        think = None if self.think_time_s is None else self.think_time_s[rows]
         if span_s is not None and len(arrival_s):
             span_s = max(span_s, float(arrival_s[-1]))  # guard against float rounding at the edge
         return Trace(
-            self.name, arrival_s, self.prompt_len[rows], self.output_len[rows], hashes, self.hash_block_size, span_s
+            self.name,
+            arrival_s,
+            self.prompt_len[rows],
+            self.output_len[rows],
+            hashes,
+            self.hash_block_size,
+            span_s,
+            session,
+            think,
         )
 
 
