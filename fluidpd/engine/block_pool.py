@@ -136,7 +136,7 @@ class BlockPool:
             self.refs[dst] = self.refs[src]
             if src in self.hash_of:
                 h = self.hash_of.pop(src)
-                self.hash_of[dst], self.block_of[h] = dst, h
+                self.hash_of[dst], self.block_of[h] = h, dst
         self._lru = OrderedDict((remap.get(b, b), None) for b in self._lru)
         self._plain = rest[len(kept) :]  # sorted: a valid heap
         del self.refs[num_blocks:]
