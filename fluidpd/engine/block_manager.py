@@ -87,7 +87,7 @@ class BlockManager:
         need = self.shortfall(wants)
         if need > self.pool.num_free:
             ids = ", ".join(repr(s.request_id) for s, _, _ in wants)
-            raise NoFreeBlocksError(f"request(s) {ids} need {need} more KV block(s), {self.pool.num_free} free")
+            raise NoFreeBlocksError(f"request(s) {ids}: needs {need} more KV blocks, {self.pool.num_free} free")
         for seq, _, hits in wants:
             if hits:
                 if seq.block_table or seq.num_computed:
