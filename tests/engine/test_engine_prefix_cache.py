@@ -13,6 +13,7 @@ from engine_tolerance import logits_tol
 
 from fluidpd.core.knobs import add_flags, flag_values
 from fluidpd.engine import EngineConfig, PrefillChunk, SamplingParams, StepPlan
+from fluidpd.engine.outputs import RequestOutput
 
 BS = 16
 PARAMS = SamplingParams(max_tokens=12, ignore_eos=True, logprobs=1)
@@ -135,7 +136,7 @@ def test_external_plans_reuse_exactly_num_cached(make_engine, enc, system, same)
             eng.run_step(StepPlan(decodes=[rid]))
         st = eng.stats()
         assert (st.prefix_cache_queries, st.prefix_cache_hits) == ((len(p1) + len(p2), 32) if on else (0, 0))
-        outs[on] = first, _output(seq)
+        outs[on] = first, RequestOutput.of(seq, None)
     same(outs[True][0], outs[False][0])
     same(outs[True][1], outs[False][1])
 
@@ -250,9 +251,3 @@ def external(eng, prompt):
         (o,) = eng.run_step(StepPlan(decodes=[rid])).outputs
         if o.finished:
             return o.output
-
-
-def _output(seq):
-    from fluidpd.engine.outputs import RequestOutput
-
-    return RequestOutput.of(seq, None)
