@@ -111,8 +111,10 @@ def load_claude_code(
     (input - prefix_hit_blocks * block_size). with_hashes: keep per-request 64-token block ids as int64
     arrays, made unique across sessions (about 8 bytes per block: ~0.75 GB for the whole file).
     sessions: closed loop: each agent of a session (the main one, each sub-agent) is a chain of requests
-    in `seq` order, the next sent its `think_time_s` after the previous one's answer (where the file has
-    none: its `t_s` gap less the previous `api_time_s`); a chain's first request keeps its clock time.
+    in `seq` order, the next sent its think time after the previous one's answer: its `t_s` gap less the
+    previous `api_time_s` (the file's `think_time_s` agrees on 99.99% of the pairs with both; a few count
+    from an earlier request, e.g. 3,558 s for a 22 s gap); where `api_time_s` is missing, `think_time_s`
+    capped by the gap. A chain's first request keeps its clock time.
     With hashes, a request's ids are extended over its answer by its successor's, where that extends it.
     """
     if not (concurrency > 0 and np.isfinite(concurrency)):
@@ -212,8 +214,11 @@ def _claude_chains(
         last[c] = i
         if j is None:
             continue
-        gap = rows.t_s[i] - rows.t_s[j] - (rows.api_s[j] or 0.0)
-        think[i] = rows.think_s[i] if rows.think_s[i] is not None else max(gap, 0.0)
+        gap, api, noted = rows.t_s[i] - rows.t_s[j], rows.api_s[j], rows.think_s[i]
+        if api is not None:
+            think[i] = max(gap - api, 0.0)
+        else:
+            think[i] = gap if noted is None else min(noted, gap)
         prev, cur = rows.hashes[j], rows.hashes[i]
         answer = int(prompt[j] + output[j]) // CLAUDE_BLOCK
         if extend and answer > len(prev) and np.array_equal(cur[: len(prev)], prev):

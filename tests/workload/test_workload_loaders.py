@@ -269,7 +269,7 @@ def test_claude_code_sessions_chain_each_agent_closed_loop(tmp_path):
         # session a: the main agent's three turns (the third without a think time), a sub-agent's one
         ("a", "main", 0.0, 2.0, 0.0, 128, 64, [[1, 2]]),
         ("a", "agent_001", 1.0, 1.0, 0.0, 64, 10, [[50, 1]]),
-        ("a", "main", 10.0, 3.0, 8.0, 256, 64, [[1, 4]]),
+        ("a", "main", 10.0, 3.0, 100.0, 256, 64, [[1, 4]]),  # its think time counts from further back
         ("a", "main", 20.0, None, None, 300, 10, [[1, 4]]),
         ("b", "main", 0.0, 1.0, 0.0, 64, 10, [[1, 1]]),
     ]
@@ -297,7 +297,7 @@ def test_claude_code_sessions_chain_each_agent_closed_loop(tmp_path):
     t = load_claude_code(reqs, with_hashes=True, sessions=True, seed=0)
     order = np.lexsort((t.arrival_s, t.session))
     by_session = [(int(t.session[i]), float(t.think_time_s[i]), int(t.prompt_len[i])) for i in order]
-    # main of a: think 8 s from the file, then its t_s gap less the previous api time (20 - 10 - 3)
+    # main of a: its t_s gaps less the previous api times (10 - 2, 20 - 10 - 3)
     assert by_session == [(0, 0.0, 128), (0, 8.0, 256), (0, 7.0, 300), (1, 0.0, 64), (2, 0.0, 64)]
     first = int(order[0])
     assert len(t.hash_ids[first]) == (128 + 64) // 64  # grown over its answer by its successor's ids
