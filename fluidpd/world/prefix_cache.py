@@ -28,6 +28,11 @@ class PrefixCache:
     def evictable(self) -> int:
         return len(self.lru)
 
+    @property
+    def num_cached(self) -> int:
+        """Blocks held by hash here, live or evictable."""
+        return len(self.refs) + len(self.lru)
+
     def __contains__(self, h: int) -> bool:
         return h in self.refs or h in self.lru
 
