@@ -117,3 +117,18 @@ def test_weights_that_do_not_fit_are_a_clear_error():
         "chunked",
     )
     assert p.returncode == 2 and "do not fit" in p.stderr
+
+
+def test_sessions_with_the_cache_on_and_off(tmp_path):
+    rows = {}
+    for flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
+        out = tmp_path / f"{flag}.json"
+        args = ["--trace", "mooncake_conv", "--sessions", "--duration", "30", "--policy", "chunked", "--out", out]
+        p = fluidpd(*BASE, *map(str, args), flag)
+        assert p.returncode == 0, p.stderr
+        rows[flag] = json.loads(out.read_text())[0]
+    on, off = rows["--enable-prefix-caching"], rows["--no-enable-prefix-caching"]
+    assert on["prefix_cache_hit_rate"] > 0 == off["prefix_cache_hit_rate"]
+    assert on["prefix_cache_oracle_hit_rate"] == off["prefix_cache_oracle_hit_rate"] > 0
+    p = fluidpd(*BASE, "--trace", "azure_code", "--sessions", "--policy", "chunked")
+    assert p.returncode != 0 and "has no sessions" in p.stderr
