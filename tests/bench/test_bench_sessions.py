@@ -217,3 +217,24 @@ def test_chat_chunks_and_usage_are_read_with_or_without_cached_tokens():
     _record(chunk(usage={"prompt_tokens": 40, "completion_tokens": 1, "prompt_tokens_details": None}), 0.6, nulls)
     assert plain.cached_tokens == 0 and nulls.cached_tokens == 0
     assert hit_rate([res, plain, nulls]) == pytest.approx(64 / 200)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sessions", "azure_conv"], "carries no sessions"),
+        (["--sessions", "chat", "--n-sessions", "0"], "n_sessions must be >= 1"),
+        (["--sessions", "chat", "--context-scale", "0"], "context_scale must be > 0"),
+        (["--sessions", "chat", "--trace", "azure_conv"], "not allowed with"),
+    ],
+)
+def test_bad_session_arguments_exit_2_with_a_message(args, message, capsys):
+    from fluidpd.cli import main
+
+    base = ["bench", "--url", "http://127.0.0.1:9", "--ttft-slo", "1", "--tbt-slo", "1", "--no-progress"]
+    try:
+        rc = main(base + args)
+    except SystemExit as exc:  # argparse's own errors
+        rc = exc.code
+    assert rc == 2
+    assert message in capsys.readouterr().err
