@@ -15,7 +15,7 @@ import pytest
 from fluidpd.bench.corpus import load_corpus
 from fluidpd.bench.loadgen.closed_loop import TurnResult, replay_sessions
 from fluidpd.bench.loadgen.requests import BenchResult
-from fluidpd.bench.loadgen.sessions import CONTEXT_FILL, SessionPlan, Turn, plan_sessions
+from fluidpd.bench.loadgen.sessions import CONTEXT_FILL, SessionPlan, Turn, plan_sessions, template_tokens
 from fluidpd.bench.loadgen.words import WordSource
 from fluidpd.workload.sessions import chat_sessions
 from fluidpd.workload.trace import Trace
@@ -86,15 +86,15 @@ def test_lengths_scale_to_the_served_context(words):
     trace = chat_sessions(2, 4, system_tokens=400, new_tokens=100, output_tokens=50, block=16)
     longest = 400 + 4 * 150
     plan = plan_sessions(trace, words, max_model_len=512)
-    assert plan.scale == pytest.approx(CONTEXT_FILL * 512 / longest)
+    assert plan.scale == pytest.approx((CONTEXT_FILL * 512 - template_tokens(3)) / longest)  # the last turn
     assert plan.dropped_turns == 0
     last = plan.sessions[0][-1]
-    assert last.prompt_tokens + last.max_tokens <= CONTEXT_FILL * 512 + 1
+    assert last.prompt_tokens + last.max_tokens + template_tokens(3) <= CONTEXT_FILL * 512 + 1
     system = plan.sessions[0][0].messages[0]["content"]
     assert len(system.split()) == pytest.approx(400 * plan.scale, abs=1)
     assert plan.sessions[0][0].messages[0] == plan.sessions[1][0].messages[0]  # still shared when scaled
-    bigger = plan_sessions(trace, words, max_model_len=512, context_scale=0.6)
-    assert bigger.dropped_turns == 2 * 2  # turns 3 and 4 of each session pass the context at 0.6
+    bigger = plan_sessions(trace, words, max_model_len=512, context_scale=0.5)
+    assert bigger.dropped_turns == 2 * 2  # turns 3 and 4 of each session pass the context at 0.5
     assert [len(s) for s in bigger.sessions] == [2, 2] and bigger.notes
     assert plan_sessions(trace, words, max_model_len=512, n_sessions=1).n_turns == 4
 
@@ -222,7 +222,7 @@ def test_chat_chunks_and_usage_are_read_with_or_without_cached_tokens():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--sessions", "azure_conv"], "carries no sessions"),
+        (["--sessions", "azure_conv"], "carries no sessions; these do: chat, claude_code"),
         (["--sessions", "chat", "--n-sessions", "0"], "n_sessions must be >= 1"),
         (["--sessions", "chat", "--context-scale", "0"], "context_scale must be > 0"),
         (["--sessions", "chat", "--trace", "azure_conv"], "not allowed with"),

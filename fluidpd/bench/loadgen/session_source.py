@@ -44,12 +44,18 @@ class ChatSessionsConfig:
 
 
 def session_trace(source: str, chat: ChatSessionsConfig, n_sessions: int, seed: int) -> Trace:
-    """`chat`: generated sessions; otherwise a named trace or file, which must carry sessions."""
+    """`chat`: generated sessions; otherwise a named trace (loaded as sessions: SESSION_OPTIONS) or a
+    file, which must carry sessions."""
     if source == CHAT:
         return chat.trace(n_sessions, seed)
-    from fluidpd.workload.registry import load_trace
+    from fluidpd.workload.registry import SESSION_OPTIONS, TRACES, load_trace, session_options
 
-    trace = load_trace(source, seed=seed)
+    if source in TRACES and source not in SESSION_OPTIONS:
+        raise ValueError(
+            f"trace {source!r} carries no sessions; these do: {', '.join([CHAT, *SESSION_OPTIONS])} "
+            f"(or replay it open loop with --trace)"
+        )
+    trace = load_trace(source, seed=seed, **(session_options(source) if source in SESSION_OPTIONS else {}))
     if not trace.has_sessions:
         raise ValueError(
             f"trace {source!r} carries no sessions (session ids and think times); "

@@ -20,7 +20,8 @@ import numpy as np
 from fluidpd.bench.loadgen.words import WordSource
 from fluidpd.workload.trace import Trace
 
-CONTEXT_FILL = 0.85  # of max_model_len: room for the chat template and the word-count estimate
+CONTEXT_FILL = 0.85  # of max_model_len: room for the word-count estimate
+MESSAGE_TOKENS = 8  # chat-template tokens around each message (role markers), an upper estimate
 
 
 @dataclass(slots=True)
@@ -73,15 +74,21 @@ def plan_sessions(
     seed: int = 0,
 ) -> SessionPlan:
     """The turns of the first `n_sessions` sessions; lengths x `context_scale` (None: the largest scale
-    <= 1 at which every turn's prompt + answer fits CONTEXT_FILL of max_model_len)."""
+    <= 1 at which every turn's prompt + answer, and MESSAGE_TOKENS per message, fit CONTEXT_FILL of
+    max_model_len)."""
     if context_scale is not None and not (context_scale > 0 and math.isfinite(context_scale)):
         raise ValueError(f"context_scale must be > 0, got {context_scale}")
     rows = session_rows(trace, n_sessions)
     if not rows:
         raise ValueError("the trace holds no requests")
     budget = CONTEXT_FILL * max_model_len if max_model_len else math.inf
-    longest = max(int(trace.prompt_len[i] + trace.output_len[i]) for r in rows for i in r)
-    scale = context_scale if context_scale is not None else min(1.0, budget / longest)
+    room = [
+        (budget - template_tokens(k)) / int(trace.prompt_len[i] + trace.output_len[i])
+        for r in rows
+        for k, i in enumerate(r)
+        if budget > template_tokens(k)
+    ]
+    scale = context_scale if context_scale is not None else min([1.0, *room])
     block = trace.hash_block_size or 0
     used = _opening_blocks(trace, rows) if block and trace.hash_ids is not None else Counter()
     plan = SessionPlan([], scale)
@@ -89,7 +96,7 @@ def plan_sessions(
         turns: list[Turn] = []
         for k, i in enumerate(r):
             prompt, out = int(trace.prompt_len[i]), int(trace.output_len[i])
-            if (prompt + out) * scale > budget:
+            if (prompt + out) * scale + template_tokens(k) > budget:
                 plan.dropped_turns += len(r) - k  # the session's context ends here
                 break
             if k == 0:
@@ -110,6 +117,12 @@ def plan_sessions(
         fill = f"{CONTEXT_FILL:.0%} of max_model_len {max_model_len}"
         plan.notes.append(f"{plan.dropped_turns} turns dropped: their prompt and answer pass {fill}")
     return plan
+
+
+def template_tokens(turn: int) -> int:
+    """The chat template's estimated tokens in turn `turn`'s (0-based) prompt and answer: a system and
+    a user message, two more per earlier turn, and the answer's."""
+    return MESSAGE_TOKENS * (3 + 2 * turn)
 
 
 def _opening_blocks(trace: Trace, rows: list[list[int]]) -> Counter:
