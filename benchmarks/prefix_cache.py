@@ -12,6 +12,9 @@ equal with the cache on and off. JSON, a per-turn PNG and the table go to --out.
 TTFT at least 3x lower with the cache, one worker.
 
     .venv/bin/python benchmarks/prefix_cache.py [--rounds 1] [--workers 1 4] [--quick]
+
+The default run takes about 15 minutes on a busy 2-core host (the cache-off runs prefill every
+turn's whole history); --quick (1 worker, 2 sessions x 3 turns) about 2.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """`fluidpd bench --sessions chat` against the real server (SmolLM2 on CPU, one in-process worker):
 every turn answered, each later turn's prompt exactly the history + the model's actual answer + the
 new input (token counts checked by the server's own /tokenize), the opening system prompt a shared
-token prefix, usage read, JSON and PNG written."""
+token prefix, the server's cached_tokens read (the second turn hits the first's blocks), JSON and PNG
+written."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def test_sessions_replay_against_the_real_server(server, tmp_path):
     assert row["max_model_len"] == 512 and row["context_scale"] == 1.0
     for t in turns:
         assert t["completion_tokens"] == OUT and t["answer"] and t["ttft_s"] > 0
-        assert 0 <= t["cached_tokens"] <= t["prompt_tokens"]  # 0 until the server caches
+        assert 0 <= t["cached_tokens"] <= t["prompt_tokens"]
     assert out.with_suffix(".png").stat().st_size > 0
 
     # rebuild what was sent: the plan at the run's measured tokens per word, the actual answers
@@ -77,3 +78,5 @@ def test_sessions_replay_against_the_real_server(server, tmp_path):
         history = [*session[0].messages, {"role": "assistant", "content": first["answer"]}, *session[1].messages]
         assert second["prompt_tokens"] == len(_tokens(server, history))
         assert second["prompt_tokens"] > first["prompt_tokens"] + OUT + NEW // 2
+        # the server caches by default: the second turn reuses at least the first turn's full blocks
+        assert second["cached_tokens"] >= (first["prompt_tokens"] // 16) * 16 - 16
