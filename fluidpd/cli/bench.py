@@ -15,7 +15,6 @@ previous answer), reported per turn with the server's cached prompt tokens. Loop
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 
@@ -70,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from fluidpd.bench.loadgen.run import BenchConfig, run_bench
     from fluidpd.bench.loadgen.target import check_loopback
     from fluidpd.bench.report import print_table, write_json
+    from fluidpd.cli.bench_talk import talk
     from fluidpd.core.metrics import Slo
     from fluidpd.workload.registry import load_trace
 
@@ -110,15 +110,3 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         write_json([row], args.out)
     return 0
-
-
-def talk(url: str, work):
-    """Run the coroutine `work` against `url`; failures to reach or talk to it as clear errors."""
-    try:
-        return asyncio.run(work)
-    except OSError as exc:
-        raise ValueError(f"cannot reach {url}: {exc}") from None
-    except Exception as exc:
-        if type(exc).__module__.startswith("httpx"):
-            raise ValueError(f"cannot talk to {url}: {exc}") from None
-        raise

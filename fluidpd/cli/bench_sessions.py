@@ -13,7 +13,7 @@ def run_sessions_cli(args: argparse.Namespace) -> int:
     from fluidpd.bench.loadgen.session_source import ChatSessionsConfig, session_trace
     from fluidpd.bench.loadgen.turn_plot import turns_plot
     from fluidpd.bench.report import print_table
-    from fluidpd.cli.bench import talk
+    from fluidpd.cli.bench_talk import talk
     from fluidpd.core.knobs import flag_values
     from fluidpd.core.metrics import Slo
 
