@@ -3,15 +3,18 @@
     fluidpd serve --model smollm2 --workers 1 &
     fluidpd bench --url http://127.0.0.1:8000 --trace azure_conv --rate-scale 0.5 --duration 60 \\
                   --ttft-slo 2 --tbt-slo 0.2 --out bench.json
+    fluidpd bench --url http://127.0.0.1:8000 --sessions chat --n-sessions 8 --turns 6 \\
+                  --ttft-slo 5 --tbt-slo 0.5 --out sessions.json
 
-Open-loop arrivals at the trace's timestamps; prompts of the trace's exact token lengths; the
-same table and JSON keys as `fluidpd simulate`. Loopback servers only.
+--trace: open-loop arrivals at the trace's timestamps; prompts of the trace's exact token lengths;
+the same table and JSON keys as `fluidpd simulate`. --sessions: closed-loop multi-turn chat (each
+turn carries the conversation so far and the model's actual answers, sent its think time after the
+previous answer), reported per turn with the server's cached prompt tokens. Loopback servers only.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 
@@ -23,6 +26,8 @@ DEFAULT_MAX_REQUESTS = 2000
 
 def register(sub) -> None:
     from fluidpd.bench.loadgen.run import BenchConfig
+    from fluidpd.bench.loadgen.session_run import SessionReplayConfig
+    from fluidpd.bench.loadgen.session_source import CHAT, ChatSessionsConfig
     from fluidpd.workload.registry import TRACES
 
     p = sub.add_parser(
@@ -32,7 +37,13 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000 (loopback only)")
-    p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACES)}, or a file")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--trace", help=f"open loop: one of {', '.join(TRACES)}, or a file")
+    what.add_argument(
+        "--sessions",
+        metavar="SOURCE",
+        help=f"closed-loop sessions: '{CHAT}' (generated, see the chat flags) or a trace with sessions",
+    )
     p.add_argument("--rate-scale", type=positive(float), default=1.0, help="compress time by X")
     p.add_argument(
         "--duration",
@@ -42,9 +53,15 @@ def register(sub) -> None:
     )
     p.add_argument("--ttft-slo", type=positive(float), required=True, help="seconds")
     p.add_argument("--tbt-slo", type=positive(float), required=True, help="seconds")
-    p.add_argument("--out", type=Path, help="write the row as JSON (same keys as fluidpd simulate)")
-    p.add_argument("--max-requests", type=positive(int), default=DEFAULT_MAX_REQUESTS)
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="write the row as JSON (same keys as fluidpd simulate); --sessions: also every turn, and a PNG beside it",
+    )
+    p.add_argument("--max-requests", type=positive(int), default=DEFAULT_MAX_REQUESTS, help="--trace only")
     add_flags(p, BenchConfig)
+    add_flags(p, SessionReplayConfig)
+    add_flags(p, ChatSessionsConfig)
     p.set_defaults(func=run)
 
 
@@ -52,10 +69,15 @@ def run(args: argparse.Namespace) -> int:
     from fluidpd.bench.loadgen.run import BenchConfig, run_bench
     from fluidpd.bench.loadgen.target import check_loopback
     from fluidpd.bench.report import print_table, write_json
+    from fluidpd.cli.bench_talk import talk
     from fluidpd.core.metrics import Slo
     from fluidpd.workload.registry import load_trace
 
     check_loopback(args.url)  # ValueError -> exit 2, before loading anything
+    if args.sessions:
+        from fluidpd.cli.bench_sessions import run_sessions_cli
+
+        return run_sessions_cli(args)
     base = load_trace(args.trace, seed=args.seed)
     trace = base.shaped(args.rate_scale, args.duration, args.max_requests)
     if len(trace) == 0:
@@ -67,14 +89,7 @@ def run(args: argparse.Namespace) -> int:
         trace_name=str(args.trace),
         **flag_values(args, BenchConfig),
     )
-    try:
-        row, _ = asyncio.run(run_bench(cfg))
-    except OSError as exc:
-        raise ValueError(f"cannot reach {args.url}: {exc}") from None
-    except Exception as exc:
-        if type(exc).__module__.startswith("httpx"):
-            raise ValueError(f"cannot talk to {args.url}: {exc}") from None
-        raise
+    row, _ = talk(args.url, run_bench(cfg))
     title = (
         f"{args.trace} x{args.rate_scale:g}: {row['requests']} requests against {args.url} "
         f"({row['model']}), SLO TTFT {args.ttft_slo}s TBT {args.tbt_slo * 1e3:g}ms"

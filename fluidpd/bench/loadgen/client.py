@@ -71,8 +71,9 @@ async def send_one(
         res.error = "stream ended without a finish_reason"
 
 
-def _record(data: str, now: float, res: BenchResult) -> bool:
-    """One streamed chunk into `res` (its tokens arrived at `now`); False when it is an error."""
+def _record(data: str, now: float, res: BenchResult, text: list[str] | None = None) -> bool:
+    """One streamed chunk into `res` (its tokens arrived at `now`; chat or completion chunks, their text
+    appended to `text`); False when it is an error."""
     obj = json.loads(data)
     if "error" in obj:
         res.error = _message(data)
@@ -80,16 +81,30 @@ def _record(data: str, now: float, res: BenchResult) -> bool:
         return False
     usage = obj.get("usage")
     for choice in obj.get("choices") or []:
+        piece = choice.get("text") or (choice.get("delta") or {}).get("content")
+        if piece and text is not None:
+            text.append(piece)
         ids = choice.get("token_ids")
-        n = len(ids) if ids is not None else (1 if choice.get("text") else 0)
+        n = len(ids) if ids is not None else (1 if piece else 0)
         res.token_s.extend([now] * n)
         if choice.get("finish_reason"):
             res.finish_reason = choice["finish_reason"]
             res.finish_s = now
-    if usage and usage.get("completion_tokens", 0) > len(res.token_s) and res.token_s:
-        # chunks without token ids: the rest came with the last one
-        res.token_s.extend([res.token_s[-1]] * (usage["completion_tokens"] - len(res.token_s)))
+    if usage:
+        record_usage(usage, res)
+        if usage.get("completion_tokens", 0) > len(res.token_s) and res.token_s:
+            # chunks without token ids: the rest came with the last one
+            res.token_s.extend([res.token_s[-1]] * (usage["completion_tokens"] - len(res.token_s)))
     return True
+
+
+def record_usage(usage: dict, res: BenchResult) -> None:
+    """The server's prompt tokens and cached prompt tokens (OpenAI's
+    usage.prompt_tokens_details.cached_tokens; a server that reports none has cached 0)."""
+    if usage.get("prompt_tokens") is not None:
+        res.usage_prompt_tokens = int(usage["prompt_tokens"])
+    details = usage.get("prompt_tokens_details") or {}
+    res.cached_tokens = int(details.get("cached_tokens") or 0)
 
 
 def _message(text: str) -> str:

@@ -31,6 +31,8 @@ class BenchResult:
     finish_s: float = math.nan
     finish_reason: str | None = None
     error: str | None = None
+    usage_prompt_tokens: int | None = None  # the server's usage.prompt_tokens, when it reports usage
+    cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens (absent: 0)
 
     @property
     def ok(self) -> bool:

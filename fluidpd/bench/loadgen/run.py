@@ -27,10 +27,14 @@ class BenchConfig:
     slo: Slo
     trace_name: str = ""
     model: str | None = knob(None, "model name to send (default: the server's)")
-    max_model_len: int | None = knob(None, "clip prompt + output to this (default: the server's)")
+    max_model_len: int | None = knob(
+        None, "clip prompt + output to this (--sessions: scale turns to fit it) (default: the server's)"
+    )
     seed: int = knob(0, "trace loading and prompt offsets")
     drain_timeout_s: float = knob(
-        300.0, "seconds after the last arrival before unfinished requests count as failed", flag="--drain-timeout"
+        300.0,
+        "seconds after the last arrival (--sessions: after a turn is sent) before unfinished requests count as failed",
+        flag="--drain-timeout",
     )
     progress: bool = knob(True, "show a progress bar")
     temperature: float = 0.0
