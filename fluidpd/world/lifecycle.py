@@ -207,12 +207,14 @@ class World(Elastic, Recovery):
             w.queued_tokens -= c
             if req.prefilled >= req.prefill_target:
                 self._prefilled(w, req, stopped)
-        w.join_incoming()
+        if w.incoming:
+            w.join_incoming()
         if w.deferred:
             deferred, w.deferred = w.deferred, []
             self.apply(deferred)
         self.schedule(w)
-        self.start_pulls(w)
+        if w.pulls:
+            self.start_pulls(w)
 
     def _prefilled(self, w: WorkerState, req: Request | PrefillPiece, stopped: frozenset = frozenset()) -> None:
         """A request's prefill finished on `w`: emit a token, then decode here or hand off."""
