@@ -75,6 +75,7 @@ class FluidToken:
         attn_pair_s: float | None = None,
     ):
         self.chunk_time = chunk_time
+        self._g: dict[int, float] = {}  # chunk_time by token count (memoized: the searches repeat them)
         # one query-key pair of attention; without a measured figure, the fit's quadratic term
         # (a chunk's causal self-attention: c^2 / 2 pairs) gives it
         quad = chunk_time.coeffs[-3] if len(chunk_time.coeffs) >= 3 else 0.0
@@ -138,11 +139,18 @@ class FluidToken:
         t = self.t_iter_s.get(w.id)
         return max(1.0, t / self.decode_ref_s) if t and self.decode_ref_s else 1.0
 
+    def _chunk_time(self, n: int) -> float:
+        """g(n), memoized (n is a token count: at most max_chunk plus a batch)."""
+        t = self._g.get(n)
+        if t is None:
+            t = self._g[n] = self.chunk_time(n)
+        return t
+
     def _cost(self, batch: int, tokens: int, pairs: int, scale: float) -> float:
         """`tokens` prompt tokens attending to `pairs` earlier ones, fused into a B-decode step."""
         if not tokens:
             return 0.0
-        g = self.chunk_time
+        g = self._chunk_time
         return scale * (g(batch + tokens) - g(batch) + self.attn_pair_s * pairs)
 
     def chunk_cost(self, batch: int, prior: int, c: int, scale: float = 1.0) -> float:
@@ -159,12 +167,17 @@ class FluidToken:
         if budget <= 0:
             return 0
         b = w.num_decoding
+        g, g_b, pair_s = self._chunk_time, self._chunk_time(b), self.attn_pair_s
+
+        def fits(c: int) -> bool:  # chunk_cost(b, prior, c) <= budget, g(b) evaluated once
+            return g(b + c) - g_b + pair_s * (c * prior) <= budget
+
         lo, hi = 0, self.config.max_chunk  # invariant: cost(lo) <= budget
-        if self.chunk_cost(b, prior, hi) <= budget:
+        if fits(hi):
             lo = hi
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self.chunk_cost(b, prior, mid) <= budget:
+            if fits(mid):
                 lo = mid
             else:
                 hi = mid
@@ -205,15 +218,17 @@ class FluidToken:
             for w in view.workers
             if w.role is Role.DECODE and w.routable and len(w.queue) < cap and self.chunk_tokens(w)
         ]
+        room = {w.id: self._room(w) for w in free}  # nothing changes while borrowing plans
+        slack = {w.id: self.slack(w) for w in free}
         actions: list = []
         for req in waiting:
             if not free:
                 break
-            home = self._home(req, free)
+            home = self._home(req, free, room, slack)
             if home is None:
                 continue
             free.remove(home)
-            helpers = self._helpers(req, free)
+            helpers = self._helpers(req, free, room)
             if helpers:
                 for h in helpers:
                     free.remove(h)
@@ -229,28 +244,28 @@ class FluidToken:
             w.free_blocks - w.pull_blocks_pending - min(self._reserve, int(self.config.kv_headroom * w.kv_blocks_total))
         )
 
-    def _home(self, req: Request, free: list) -> WorkerView | None:
+    def _home(self, req: Request, free: list, room: dict[int, int], slack: dict[int, float]) -> WorkerView | None:
         """The worker with the most room that can hold the whole request and whose slack would
-        still fit the prompt's last chunk (so a borrowed prompt cannot stall behind the decodes)."""
+        still fit the prompt's last chunk (so a borrowed prompt cannot stall behind the decodes);
+        `room` and `slack` by worker id."""
         step = self.config.min_chunk
         need = blocks_for(req.prompt_len + req.output_len, free[0].block_size)
         fits = [
             w
             for w in free
-            if self._room(w) >= need
-            and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step, self.cost_scale(w))
-            <= self.slack(w)
+            if room[w.id] >= need
+            and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step, self.cost_scale(w)) <= slack[w.id]
         ]
-        return max(fits, key=lambda w: (self._room(w), -w.id)) if fits else None
+        return max(fits, key=lambda w: (room[w.id], -w.id)) if fits else None
 
-    def _helpers(self, req: Request, free: list) -> list:
-        """Decode workers that take the other pieces of a long prompt."""
+    def _helpers(self, req: Request, free: list, room: dict[int, int]) -> list:
+        """Decode workers that take the other pieces of a long prompt (`room` by worker id)."""
         c = self.config
         if req.prompt_len < c.split_min_tokens or c.max_split < 2 or req.prefill_target != req.prompt_len:
             return []
         piece = -(-req.prompt_len // c.max_split)
-        ok = [w for w in free if self._room(w) >= blocks_for(piece, w.block_size)]
-        return sorted(ok, key=lambda w: (-self._room(w), w.id))[: c.max_split - 1]
+        ok = [w for w in free if room[w.id] >= blocks_for(piece, w.block_size)]
+        return sorted(ok, key=lambda w: (-room[w.id], w.id))[: c.max_split - 1]
 
 
 def handoff_reserve(view: ClusterView) -> int:
