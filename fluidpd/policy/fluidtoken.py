@@ -37,6 +37,7 @@ from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView, blocks_
 
 EWMA = 0.2
 SCALE_GAIN, MIN_SCALE, MAX_SCALE = 0.5, 0.25, 20.0
+MAX_BATCH_CHECKED = 1024  # decodes in a step up to which `has_slack` may skip the chunk search
 
 
 @dataclass(slots=True)
@@ -90,6 +91,15 @@ class FluidToken:
         self.decode_ref_s = decode_ref_s  # the decode step time the cost model was fitted next to
         self.borrowed = 0
         self.spread = 0
+        self._g_rises_upto = self._rising_prefix(self.config.max_chunk + MAX_BATCH_CHECKED)
+
+    def _rising_prefix(self, limit: int) -> int:
+        """The largest n <= `limit` with g non-decreasing over 0..n, as evaluated."""
+        g = self._chunk_time
+        for n in range(limit):
+            if g(n + 1) < g(n):
+                return n
+        return limit
 
     def tracker(self, wid: int) -> JitterTracker:
         t = self.jitter.get(wid)
@@ -166,12 +176,7 @@ class FluidToken:
         budget = self.slack(w) / self.cost_scale(w)
         if budget <= 0:
             return 0
-        b = w.num_decoding
-        g, g_b, pair_s = self._chunk_time, self._chunk_time(b), self.attn_pair_s
-
-        def fits(c: int) -> bool:  # chunk_cost(b, prior, c) <= budget, g(b) evaluated once
-            return g(b + c) - g_b + pair_s * (c * prior) <= budget
-
+        fits = self._fits(w.num_decoding, prior, budget)
         lo, hi = 0, self.config.max_chunk  # invariant: cost(lo) <= budget
         if fits(hi):
             lo = hi
@@ -182,6 +187,20 @@ class FluidToken:
             else:
                 hi = mid
         return lo if lo >= self.config.min_chunk else 0
+
+    def _fits(self, b: int, prior: int, budget: float):
+        """c -> chunk_cost(b, prior, c) <= budget, with g(b) evaluated once."""
+        g, g_b, pair_s = self._chunk_time, self._chunk_time(b), self.attn_pair_s
+        return lambda c: g(b + c) - g_b + pair_s * (c * prior) <= budget
+
+    def has_slack(self, w: WorkerView) -> bool:
+        """chunk_tokens(w) > 0. Where g is non-decreasing over the search, so is a chunk's cost in c:
+        some chunk fits iff the smallest one worth borrowing does (one evaluation, no search)."""
+        b, c = w.num_decoding, self.config
+        if b + c.max_chunk > self._g_rises_upto:
+            return self.chunk_tokens(w) > 0
+        budget = self.slack(w) / self.cost_scale(w)
+        return budget > 0 and self._fits(b, 0, budget)(c.min_chunk)
 
     def plan(self, w: WorkerView, max_num_seqs: int) -> StepPlan:
         """A decode worker's step: every decode, plus borrowed prefill chunks within C_chunk."""
@@ -214,9 +233,7 @@ class FluidToken:
         cap = self.config.borrowed_per_worker
         self._reserve = handoff_reserve(view)
         free = [
-            w
-            for w in view.workers
-            if w.role is Role.DECODE and w.routable and len(w.queue) < cap and self.chunk_tokens(w)
+            w for w in view.workers if w.role is Role.DECODE and w.routable and len(w.queue) < cap and self.has_slack(w)
         ]
         room = {w.id: self._room(w) for w in free}  # nothing changes while borrowing plans
         slack = {w.id: self.slack(w) for w in free}
