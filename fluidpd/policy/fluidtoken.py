@@ -204,7 +204,7 @@ class FluidToken:
 
     def plan(self, w: WorkerView, max_num_seqs: int) -> StepPlan:
         """A decode worker's step: every decode, plus borrowed prefill chunks within C_chunk."""
-        plan = StepPlan(decode=w.num_decoding > 0)
+        plan = StepPlan([], w.num_decoding > 0)
         if w.queue:
             if not plan.decode:  # nothing decodes yet, but a hand-off may land any moment: keep
                 # the step within what a decode step's slack would allow, so its first gap stays bounded
