@@ -4,7 +4,9 @@ speed-up can be checked to leave the results bit-identical.
     .venv/bin/python benchmarks/sim_fingerprint.py --save before.json   # at the base commit
     .venv/bin/python benchmarks/sim_fingerprint.py --check before.json  # after the change
 
-The last line says whether every case matched (exact float equality, run by run).
+The last line says whether every case matched (exact float equality, run by run). From a git
+worktree, put its package first (PYTHONPATH=.): the venv's editable install points at the main
+checkout.
 """
 
 from __future__ import annotations
