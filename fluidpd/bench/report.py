@@ -23,6 +23,8 @@ COLUMNS = [
     ("tbt_decode_p99_s", "decode TBT p99", "ms"),
     ("tpot_mean_s", "TPOT ms", "ms"),
     ("throughput_tok_s", "tok/s", "{:.0f}"),
+    ("prefix_cache_hit_rate", "hit", "{:.1%}"),
+    ("prefix_cache_oracle_hit_rate", "oracle hit", "{:.1%}"),
     ("goodput_rate_scale", "goodput x", "{:.2f}"),
     ("sim_wall_s", "wall s", "{:.1f}"),
 ]

@@ -21,7 +21,7 @@ from fluidpd.sim.goodput import goodput_rate_scale
 from fluidpd.sim.run import Setup, SimResult, simulate
 from fluidpd.specs.hardware import HARDWARE_NAMES, get_hardware
 from fluidpd.specs.models import DTYPES, MODEL_NAMES, get_model
-from fluidpd.workload.registry import TRACES, load_trace
+from fluidpd.workload.registry import SESSION_OPTIONS, TRACES, load_trace, session_options
 from fluidpd.workload.trace import Trace
 
 
@@ -42,6 +42,11 @@ def register(sub) -> None:
     p.add_argument("--trace", required=True, help=f"one of {', '.join(TRACES)}, or a file")
     p.add_argument("--policy", required=True, help=f"comma-separated: {', '.join(POLICIES)}")
     add_cluster_args(p)
+    p.add_argument(
+        "--sessions",
+        action="store_true",
+        help=f"closed-loop sessions with block ids for prefix reuse ({', '.join(SESSION_OPTIONS)})",
+    )
     p.add_argument("--rate-scale", type=positive(float), default=1.0, help="compress time by X")
     p.add_argument("--start", type=float, default=0.0, help="evaluated window start, s into the rate-scaled trace")
     p.add_argument("--duration", type=positive(float), default=None, help="evaluated window length, s (default: all)")
@@ -92,7 +97,7 @@ def run(args) -> int:
     policies = parse_policies(args.policy)
     setup = setup_from_args(args)
     setup.roofline().kv_blocks(setup.sim.block_size)  # fails early if the weights don't fit
-    base = load_trace(args.trace, seed=args.seed)
+    base = load_trace(args.trace, seed=args.seed, **(session_options(args.trace) if args.sessions else {}))
     if args.start < 0:
         raise ValueError(f"--start must be >= 0, got {args.start}")
 

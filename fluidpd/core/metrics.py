@@ -101,3 +101,8 @@ class MetricsCollector:
             "e2e_p99_s": float(np.percentile(e2e, 99)),
             "throughput_tok_s": self.output_tokens / span if span and span > 0 else 0.0,
         }
+
+
+def hit_rate(hits: int, queries: int) -> float:
+    """Prefix-cache token hit rate: cached prompt tokens over prompt tokens looked up (0 when none)."""
+    return hits / queries if queries else 0.0

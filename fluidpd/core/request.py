@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True, eq=False)
@@ -35,6 +36,13 @@ class Request:
     borrowed: bool = False  # prefilled (partly) by FluidToken on a decode worker
     moved: bool = False  # its KV just arrived over a link: the next gap is a hand-off gap
     held_first: bool = False  # its first token waits for its first decode step (World.hold_first_token)
+    # prefix caching: the ids (hashes) of its context's full blocks at the world's block size, prompt
+    # first, then the answer where the workload knows it (empty: no reuse)
+    block_hashes: Sequence[int] = field(default=())
+    cached_tokens: int = 0  # prompt tokens whose prefill its first admission skipped (a cache hit)
+    cache_queried: bool = False  # its first admission looked the cache up (recomputes are not counted)
+    session: int = -1  # closed-loop session (-1: none)
+    think_time_s: float = 0.0  # the pause after its session's previous request completed
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1 or self.output_len < 1:

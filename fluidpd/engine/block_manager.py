@@ -1,34 +1,46 @@
-"""KV block allocation: a free list (lowest ids first) and per-sequence block tables."""
+"""KV block tables per sequence over the block pool; with prefix caching, full blocks are shared by hash."""
 
 from __future__ import annotations
 
-import heapq
-
+from fluidpd.core.blockhash import ROOT, block_hashes
+from fluidpd.engine.block_pool import BlockPool, NoFreeBlocksError
 from fluidpd.engine.sequence import Sequence
 
+__all__ = ["BlockManager", "NoFreeBlocksError", "Reservation"]
 
-class NoFreeBlocksError(RuntimeError):
-    """Not enough free KV blocks for what was asked."""
+# (sequence, tokens its table must cover, cached block ids it starts with: only for a sequence without blocks)
+Reservation = tuple[Sequence, int, list[int]]
 
 
 class BlockManager:
-    """Hands out block ids of the arena's KV pool.
+    """Hands out block ids of the arena's KV pool to sequences; with `enable_caching`, a sequence's
+    full computed blocks are indexed by chained hash and a new sequence can start on them."""
 
-    Free ids are kept in a min-heap so allocation prefers low ids: a later shrink of the pool
-    (`resize`) then has fewer live blocks to move."""
-
-    def __init__(self, num_blocks: int, block_size: int) -> None:
-        self.num_blocks = num_blocks
+    def __init__(self, num_blocks: int, block_size: int, *, enable_caching: bool) -> None:
         self.block_size = block_size
-        self._free = list(range(num_blocks))  # sorted, hence a valid heap
+        self.enable_caching = enable_caching
+        self.pool = BlockPool(num_blocks)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        """Blocks an allocation can take: plain free ones and evictable cached ones."""
+        return self.pool.num_free
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.pool.num_blocks - self.pool.num_free
+
+    @property
+    def num_cached(self) -> int:
+        return self.pool.num_cached
+
+    @property
+    def num_evictable(self) -> int:
+        return self.pool.num_evictable
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -38,41 +50,95 @@ class BlockManager:
         return max(0, self.blocks_for(num_tokens) - len(seq.block_table))
 
     def can_allocate(self, num_blocks: int) -> bool:
-        return num_blocks <= len(self._free)
+        return num_blocks <= self.pool.num_free
+
+    # ------------------------------------------------------------------ prefix lookup
+    def lookup(self, seq: Sequence) -> list[int]:
+        """Cached block ids a sequence without blocks can start on: its longest cached full-block
+        prefix, leaving at least its last token to compute (so it samples). No side effects."""
+        if not self.enable_caching or seq.block_table:
+            return []
+        n = (seq.num_tokens - 1) // self.block_size
+        return self.pool.lookup(self._hashes(seq.token_ids, n, seq.block_hashes))
+
+    def lookup_tokens(self, token_ids: list[int], max_blocks: int | None = None) -> list[int]:
+        """Cached block ids of the longest cached full-block prefix of `token_ids` (at most `max_blocks`)."""
+        if not self.enable_caching:
+            return []
+        n = len(token_ids) // self.block_size
+        return self.pool.lookup(self._hashes(token_ids, n if max_blocks is None else min(n, max_blocks), []))
+
+    def _hashes(self, token_ids: list[int], n: int, known: list[int]) -> list[int]:
+        """The first `n` chained block hashes of `token_ids`, of which `known` are already computed."""
+        if len(known) >= n:
+            return known[:n]
+        parent = known[-1] if known else ROOT
+        return known + block_hashes(token_ids[: n * self.block_size], self.block_size, len(known), parent)
+
+    # ------------------------------------------------------------------ allocation
+    def shortfall(self, wants: list[Reservation]) -> int:
+        """Free blocks `reserve(wants)` would consume (new blocks, plus cached hits now evictable)."""
+        new = sum(max(0, self.blocks_for(n) - len(s.block_table) - len(hits)) for s, n, hits in wants)
+        return new + len({b for _, _, hits in wants for b in hits if self.pool.is_evictable(b)})
+
+    def reserve(self, wants: list[Reservation]) -> None:
+        """Give each sequence its cached hits, then grow its table to cover its tokens: all or
+        nothing (NoFreeBlocksError). A sequence given hits starts after them (`num_computed`)."""
+        need = self.shortfall(wants)
+        if need > self.pool.num_free:
+            ids = ", ".join(repr(s.request_id) for s, _, _ in wants)
+            raise NoFreeBlocksError(f"request(s) {ids}: needs {need} more KV blocks, {self.pool.num_free} free")
+        for seq, _, hits in wants:
+            if hits:
+                if seq.block_table or seq.num_computed:
+                    raise ValueError(f"request {seq.request_id!r} already holds KV; it cannot take cached blocks")
+                self.pool.share(hits)
+                seq.block_table = list(hits)
+                seq.block_hashes = [self.pool.hash_of[b] for b in hits]
+                seq.num_computed = len(hits) * self.block_size
+        for seq, n, _ in wants:
+            self.allocate(seq, n)
 
     def allocate(self, seq: Sequence, num_tokens: int) -> list[int]:
-        """Grow `seq`'s block table to cover `num_tokens` tokens; the new ids."""
+        """Grow `seq`'s table to cover `num_tokens` tokens (evicting cached blocks only if needed); the new ids."""
         need = self.needed(seq, num_tokens)
-        if need > len(self._free):
-            raise NoFreeBlocksError(f"request {seq.request_id}: needs {need} more KV block(s), {len(self._free)} free")
-        new = [heapq.heappop(self._free) for _ in range(need)]
+        if need > self.pool.num_free:
+            raise NoFreeBlocksError(
+                f"request {seq.request_id}: needs {need} more KV block(s), {self.pool.num_free} free"
+            )
+        new = self.pool.get(need)
         seq.block_table.extend(new)
         return new
 
+    def register(self, seq: Sequence) -> None:
+        """Hash and index `seq`'s full computed blocks not yet indexed (a hash already indexed under
+        another block is not indexed twice: that block stays plain)."""
+        if not self.enable_caching:
+            return
+        full = seq.num_computed // self.block_size
+        start = len(seq.block_hashes)
+        if full <= start:
+            return
+        parent = seq.block_hashes[-1] if seq.block_hashes else ROOT
+        new = block_hashes(seq.token_ids[: full * self.block_size], self.block_size, start, parent)
+        for i, h in enumerate(new, start):
+            self.pool.cache(seq.block_table[i], h)
+        seq.block_hashes.extend(new)
+
     def free(self, seq: Sequence) -> None:
-        for b in seq.block_table:
-            heapq.heappush(self._free, b)
+        """Drop `seq`'s references, tail first: its cached blocks stay findable, its last ones evicted first."""
+        self.pool.release(seq.block_table[::-1])
         seq.block_table = []
 
+    # ------------------------------------------------------------------ resize
     def resize(self, num_blocks: int, seqs: list[Sequence]) -> list[tuple[int, int]]:
-        """Change the pool to `num_blocks` ids; (src, dst) moves for live blocks that fall outside.
+        """Change the pool to `num_blocks` ids; (src, dst) moves for blocks that fall outside and are kept.
 
-        Rewrites the block tables of `seqs` (every sequence holding blocks). Raises ValueError
-        when the live blocks do not fit."""
-        old = self.num_blocks
-        if num_blocks >= old:
-            self._free.extend(range(old, num_blocks))  # larger than every id: still a heap
-            self.num_blocks = num_blocks
-            return []
-        used = sum(len(s.block_table) for s in seqs)
-        if used > num_blocks:
-            raise ValueError(f"cannot shrink the KV pool to {num_blocks} blocks: {used} are in use")
-        low_free = sorted(b for b in self._free if b < num_blocks)
-        high_used = sorted(b for s in seqs for b in s.block_table if b >= num_blocks)
-        remap = dict(zip(high_used, low_free))
+        Rewrites the block tables of `seqs` (every sequence holding blocks). Cached free blocks go
+        first; ValueError only when the live blocks do not fit."""
+        moves = self.pool.resize(num_blocks)
+        remap = dict(moves)
         for s in seqs:
-            if any(b >= num_blocks for b in s.block_table):
+            if any(b in remap for b in s.block_table):
                 s.block_table = [remap.get(b, b) for b in s.block_table]
-        self._free = low_free[len(high_used) :]
-        self.num_blocks = num_blocks
-        return list(remap.items())
+        return moves

@@ -71,6 +71,11 @@ class EngineConfig:
     )
     seed: int = knob(0, "seed of the dummy (random) weights")
     model_overrides: dict[str, Any] = field(default_factory=dict)  # HF config keys (dummy shapes)
+    enable_prefix_caching: bool = knob(
+        True,
+        "reuse the KV of cached full blocks of earlier prompts and answers (vLLM's automatic prefix "
+        "caching: hash-chained blocks, LRU eviction of freed ones)",
+    )
 
     def __post_init__(self) -> None:
         if self.load_format not in LOAD_FORMATS:

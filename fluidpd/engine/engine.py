@@ -5,6 +5,8 @@ Two ways to drive it:
   * `run_step(plan)`: an external planner (FluidToken) names the prefill chunks and decodes.
 Both run the same `run_step` path. FluidRole's hooks are `export_kv` / `import_kv` (move a
 request's KV to another engine) and `resize_kv` (re-slice the arena between KV and scratch).
+With prefix caching on, every step indexes the full blocks it completed (prompt and output), and
+a request starts after the longest cached prefix of its tokens.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Sequence as Seq
 import torch
 
 from fluidpd.engine.arena import KVArena
-from fluidpd.engine.block_manager import BlockManager, NoFreeBlocksError
+from fluidpd.engine.block_manager import BlockManager, Reservation
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.handoff import payload_of, sequence_of
 from fluidpd.engine.kv_transfer import KVLayout, KVPayload
@@ -60,13 +62,15 @@ class LLMEngine:
         self.kv_layout = KVLayout(mc.num_layers, mc.num_kv_heads, mc.head_dim, bs, str(config.torch_dtype))
         num_blocks, total = config.arena_layout(self.kv_layout.block_numel * config.torch_dtype.itemsize)
         self.arena = KVArena.for_layout(self.kv_layout, num_blocks, total, config.torch_dtype, config.torch_device)
-        self.blocks = BlockManager(num_blocks, bs)
+        self.blocks = BlockManager(num_blocks, bs, enable_caching=config.enable_prefix_caching)
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens)
         self.runner = ModelRunner(model, self.arena, bs)
         self.seqs: dict[str, Sequence] = {}
         self.eos_token_ids = set(mc.eos_token_ids) | set(tokenizer.eos_token_ids if tokenizer else ())
         self._ids = itertools.count()
         self.last_step: StepResult | None = None
+        self.prefix_cache_queries = 0  # tokens, see EngineStats
+        self.prefix_cache_hits = 0
 
     # ------------------------------------------------------------------ requests
     def add_request(
@@ -123,8 +127,10 @@ class LLMEngine:
     def run_step(self, plan: StepPlan) -> StepResult:
         """Run exactly `plan` in one forward pass (blocks are allocated as needed)."""
         t0, c0 = time.perf_counter(), time.thread_time()
-        chunks = resolve(plan, self._live)
-        self._reserve(chunks)
+        wanted = resolve(plan, self._live)
+        fresh = {id(s) for s, _, _ in wanted if not s.admitted}
+        chunks = self._reserve(wanted)
+        hits = {id(s): self._admit(s) for s, _ in chunks if id(s) in fresh}
         t1 = time.perf_counter()
         logits, sampled = self.runner.execute(chunks)
         if sampled:
@@ -136,27 +142,44 @@ class LLMEngine:
         t2 = time.perf_counter()
         for seq, n in chunks:
             seq.num_computed += n
-        outputs = self._record(chunks, sampled, tokens, lps)
+            self.blocks.register(seq)
+        outputs = self._record(chunks, sampled, tokens, lps, hits)
         res = StepResult(
             outputs,
             time.perf_counter() - t0,
             t2 - t1,
-            plan.num_prefill_tokens,
+            sum(n for _, n in chunks) - len(plan.decodes),
             len(plan.decodes),
             time.thread_time() - c0,
         )
         self.last_step = res
         return res
 
-    def _reserve(self, chunks: list[tuple[Sequence, int]]) -> None:
-        need = sum(self.blocks.needed(s, s.num_computed + n) for s, n in chunks)
-        if need > self.blocks.num_free:
-            raise NoFreeBlocksError(f"step needs {need} more KV blocks, {self.blocks.num_free} free")
-        for seq, n in chunks:
-            self.blocks.allocate(seq, seq.num_computed + n)
+    def _reserve(self, wanted: list[tuple[Sequence, int, int]]) -> list[tuple[Sequence, int]]:
+        """Blocks for the step, all or nothing; (sequence, tokens to compute): a chunk's `num_cached`
+        leading tokens that the cache does not hold are computed with it."""
+        bs = self.config.block_size
+        wants: list[Reservation] = []
+        chunks = []
+        for seq, n, cached in wanted:
+            hits = self.blocks.lookup(seq)[: cached // bs] if cached else []
+            wants.append((seq, seq.num_computed + cached + n, hits))
+            chunks.append((seq, cached - len(hits) * bs + n))
+        self.blocks.reserve(wants)
+        for seq, _ in chunks:
             self.scheduler.start(seq)
+        return chunks
 
-    def _record(self, chunks, sampled, tokens, lps) -> list[StepOutput]:
+    def _admit(self, seq: Sequence) -> int:
+        """Count a sequence's first admission (it starts after `num_computed` cached tokens); its hit."""
+        seq.admitted = True
+        seq.num_cached_tokens = seq.num_computed
+        if self.blocks.enable_caching:
+            self.prefix_cache_queries += seq.num_tokens
+            self.prefix_cache_hits += seq.num_computed
+        return seq.num_computed
+
+    def _record(self, chunks, sampled, tokens, lps, hits) -> list[StepOutput]:
         new = {}
         for seq, tok, lp in zip(sampled, tokens, lps):
             seq.token_ids.append(tok)
@@ -167,7 +190,11 @@ class LLMEngine:
         for seq, _ in chunks:
             tok, lp = new.get(id(seq), (None, None))
             out = StepOutput(
-                seq.request_id, [] if tok is None else [tok], seq.num_computed, logprobs=None if lp is None else [lp]
+                seq.request_id,
+                [] if tok is None else [tok],
+                seq.num_computed,
+                logprobs=None if lp is None else [lp],
+                num_cached_tokens=hits.get(id(seq), 0),
             )
             reason = None
             if tok is not None:
@@ -202,7 +229,7 @@ class LLMEngine:
         rid = self.add_request(list(token_ids), SamplingParams(max_tokens=1))
         seq = self.seqs[rid]
         try:
-            self._reserve([(seq, len(token_ids))])
+            self.blocks.reserve([(seq, len(token_ids), [])])
             out = []
             for n in chunks:
                 ids, pos, meta, _, _ = self.runner.prepare([(seq, n)])
@@ -227,12 +254,26 @@ class LLMEngine:
 
     # ------------------------------------------------------------------ KV hand-off
     def export_kv(
-        self, request_id: str, *, release: bool = True, device: torch.device | str | None = "cpu"
+        self,
+        request_id: str,
+        *,
+        release: bool = True,
+        device: torch.device | str | None = "cpu",
+        skip_blocks: int = 0,
     ) -> KVPayload:
-        """A request's KV blocks and state; with `release`, the request leaves this engine."""
+        """A request's KV blocks and state; with `release`, the request leaves this engine.
+
+        `skip_blocks`: leave out the first full blocks (the destination holds them, see
+        `cached_prefix_blocks`)."""
         seq = self._live(request_id)
         nb = self.blocks.blocks_for(seq.num_computed)
-        payload = payload_of(seq, self.arena.read_blocks(seq.block_table[:nb], device), self.kv_layout)
+        if not 0 <= skip_blocks <= seq.num_computed // self.config.block_size:
+            raise ValueError(
+                f"request {request_id!r}: skip_blocks {skip_blocks} out of range, it has "
+                f"{seq.num_computed // self.config.block_size} full computed blocks"
+            )
+        kv = self.arena.read_blocks(seq.block_table[skip_blocks:nb], device)
+        payload = payload_of(seq, kv, self.kv_layout, skip_blocks)
         if release:
             self.scheduler.remove(seq)
             seq.status, seq.finish_reason = SequenceStatus.FINISHED, "exported"
@@ -240,7 +281,10 @@ class LLMEngine:
         return payload
 
     def import_kv(self, payload: KVPayload, params: SamplingParams | None = None, request_id: str | None = None) -> str:
-        """Continue a request exported by another engine (same model); its id here."""
+        """Continue a request exported by another engine (same model); its id here.
+
+        A payload that skips blocks starts on this engine's cached copies of them (ValueError if
+        it lacks them); the imported full blocks become cached here."""
         payload.check_layout(self.kv_layout)
         params = params or payload.params
         if len(payload.token_ids) > self.max_model_len:
@@ -253,15 +297,33 @@ class LLMEngine:
             self.seqs[rid] = seq
             self.scheduler.add(seq)
             return rid
-        need = self.blocks.blocks_for(payload.num_computed)
-        if need > self.blocks.num_free:
-            raise NoFreeBlocksError(f"import of {rid!r} needs {need} KV blocks, {self.blocks.num_free} free")
-        self.blocks.allocate(seq, payload.num_computed)
-        self.arena.write_blocks(seq.block_table, payload.blocks)
+        skip = payload.skip_blocks
+        hits = self.blocks.lookup_tokens(seq.token_ids, skip) if skip else []
+        if len(hits) < skip:
+            raise ValueError(
+                f"import of {rid!r} skips {skip} KV blocks, but this engine holds only the first {len(hits)} of them"
+            )
+        self.blocks.reserve([(seq, payload.num_computed, hits)])
+        self.arena.write_blocks(seq.block_table[skip:], payload.blocks)
         seq.num_computed = payload.num_computed
+        seq.admitted = True
+        self.blocks.register(seq)
         self.seqs[rid] = seq
         self.scheduler.add_running(seq)
         return rid
+
+    # ------------------------------------------------------------------ prefix cache
+    def cached_prefix_tokens(self, token_ids: list[int]) -> int:
+        """Leading tokens of `token_ids` a new request would take from the cache (full blocks,
+        leaving at least the last token to compute); no side effects."""
+        if not token_ids:
+            return 0
+        max_blocks = (len(token_ids) - 1) // self.config.block_size
+        return len(self.blocks.lookup_tokens(list(token_ids), max_blocks)) * self.config.block_size
+
+    def cached_prefix_blocks(self, token_ids: list[int]) -> int:
+        """Leading full blocks of `token_ids` this engine holds cached (what a hand-off may skip); no side effects."""
+        return len(self.blocks.lookup_tokens(list(token_ids)))
 
     # ------------------------------------------------------------------ FluidRole memory remap
     def resize_kv(self, num_blocks: int) -> ResizeResult:
@@ -295,4 +357,8 @@ class LLMEngine:
             kv_bytes=a.kv_bytes,
             scratch_bytes=a.scratch_bytes,
             weight_bytes=self.model.weight_bytes(),
+            prefix_cache_queries=self.prefix_cache_queries,
+            prefix_cache_hits=self.prefix_cache_hits,
+            num_cached_blocks=self.blocks.num_cached,
+            num_evictable_blocks=self.blocks.num_evictable,
         )

@@ -9,8 +9,8 @@ from fluidpd.engine.sampling import SamplingParams
 from fluidpd.engine.sequence import Sequence
 
 
-def payload_of(seq: Sequence, blocks: torch.Tensor, layout: KVLayout) -> KVPayload:
-    """`seq`'s tokens, progress and sampling state around `blocks`, its computed KV."""
+def payload_of(seq: Sequence, blocks: torch.Tensor, layout: KVLayout, skip_blocks: int = 0) -> KVPayload:
+    """`seq`'s tokens, progress and sampling state around `blocks`, its computed KV past its first `skip_blocks`."""
     return KVPayload(
         request_id=seq.request_id,
         token_ids=list(seq.token_ids),
@@ -22,6 +22,8 @@ def payload_of(seq: Sequence, blocks: torch.Tensor, layout: KVLayout) -> KVPaylo
         generator_state=seq.generator.get_state() if seq.generator is not None else None,
         logprobs=list(seq.logprobs) if seq.logprobs is not None else None,
         num_preemptions=seq.num_preemptions,
+        skip_blocks=skip_blocks,
+        num_cached_tokens=seq.num_cached_tokens,
     )
 
 
@@ -37,6 +39,7 @@ def sequence_of(payload: KVPayload, request_id: str, params: SamplingParams) -> 
         generator=params.make_generator(),
         logprobs=list(payload.logprobs) if payload.logprobs is not None else None,
         num_preemptions=payload.num_preemptions,
+        num_cached_tokens=payload.num_cached_tokens,
     )
     if seq.generator is not None and payload.generator_state is not None and params.seed == payload.params.seed:
         seq.generator.set_state(payload.generator_state)

@@ -33,7 +33,9 @@ class KVPayload:
     """A request's computed KV and its state.
 
     `blocks` is one stacked tensor [num_blocks, num_layers, 2 (k, v), block_size, kv_heads,
-    head_dim] holding the first `num_computed` positions (the last block may be partly filled).
+    head_dim] holding positions `skip_blocks * block_size` .. `num_computed` (the last block may be
+    partly filled); the first `skip_blocks` full blocks are left out: the destination holds them
+    in its prefix cache.
     `generator_state` is the request's sampling RNG state, so a seeded request keeps drawing
     the same stream after the hand-off."""
 
@@ -48,9 +50,17 @@ class KVPayload:
     logprobs: list[TokenLogprob] | None = None
     num_preemptions: int = 0
     meta: dict = field(default_factory=dict)
+    skip_blocks: int = 0
+    num_cached_tokens: int = 0  # the request's prefix cache hits where it was first admitted
 
     def __post_init__(self) -> None:
-        need = -(-self.num_computed // self.layout.block_size)
+        bs = self.layout.block_size
+        if not 0 <= self.skip_blocks <= self.num_computed // bs:
+            raise ValueError(
+                f"skip_blocks {self.skip_blocks} out of range: {self.num_computed} computed positions "
+                f"hold {self.num_computed // bs} full blocks"
+            )
+        need = -(-self.num_computed // bs) - self.skip_blocks
         if tuple(self.blocks.shape) != (need, *self.layout.block_shape):
             raise ValueError(
                 f"KV payload blocks of shape {tuple(self.blocks.shape)} do not hold "

@@ -19,6 +19,7 @@ class RequestOutput:
     finish_reason: str | None
     logprobs: list[TokenLogprob] | None = None
     num_preemptions: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at its first admission
 
     @classmethod
     def of(cls, seq: Sequence, text: str | None) -> RequestOutput:
@@ -30,6 +31,7 @@ class RequestOutput:
             seq.finish_reason,
             seq.logprobs,
             seq.num_preemptions,
+            seq.num_cached_tokens,
         )
 
 
@@ -44,6 +46,7 @@ class StepOutput:
     finish_reason: str | None = None
     logprobs: list[TokenLogprob] | None = None
     output: RequestOutput | None = None  # the whole output, once finished
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache, in the step that admitted it
 
 
 @dataclass
@@ -84,3 +87,7 @@ class EngineStats:
     kv_bytes: int
     scratch_bytes: int
     weight_bytes: int = 0
+    prefix_cache_queries: int = 0  # tokens: prompts of requests at their first admission (cumulative)
+    prefix_cache_hits: int = 0  # tokens: of those, served from the cache
+    num_cached_blocks: int = 0  # blocks indexed by hash, live or evictable
+    num_evictable_blocks: int = 0  # free blocks that still hold a cached prefix (counted in num_free_blocks)

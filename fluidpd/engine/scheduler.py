@@ -5,7 +5,8 @@ Order of a step (vLLM v1 / Sarathi style):
      still prefilling; when a block is missing, the newest running sequence is preempted by
      recompute (blocks freed, back to the front of the queue) until it fits;
   2. then waiting sequences, FCFS, while the budget, `max_num_seqs` and free blocks allow:
-     admission reserves blocks for the whole prompt, the first chunk fits the budget.
+     admission starts a sequence after its longest cached prefix (prefix caching) and reserves
+     blocks for the rest of the prompt; the first chunk fits the budget.
 No admission in a step that preempted.
 """
 
@@ -112,10 +113,11 @@ class Scheduler:
                 seq.status, seq.finish_reason = SequenceStatus.FINISHED, "capacity"
                 self.dropped.append(seq)
                 continue
-            if self.blocks.needed(seq, seq.num_tokens) > self.blocks.num_free:
+            want = (seq, seq.num_tokens, self.blocks.lookup(seq))
+            if self.blocks.shortfall([want]) > self.blocks.num_free:
                 break
             self.waiting.popleft()
-            self.blocks.allocate(seq, seq.num_tokens)
+            self.blocks.reserve([want])
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             n = min(seq.num_uncomputed, budget)

@@ -37,6 +37,9 @@ class Sequence:
     logprobs: list[TokenLogprob] | None = None
     arrival_s: float = field(default_factory=time.perf_counter)
     num_preemptions: int = 0
+    block_hashes: list[int] = field(default_factory=list)  # chained hashes of its indexed full blocks
+    num_cached_tokens: int = 0  # prompt tokens whose prefill its first admission skipped (prefix cache hits)
+    admitted: bool = False  # it has started in this engine (first admission, or it arrived with KV)
 
     def __post_init__(self) -> None:
         if self.logprobs is None and self.params.logprobs is not None:
@@ -70,5 +73,6 @@ class Sequence:
         """Preemption by recompute: KV dropped, every token (prompt + output) is prefilled again."""
         self.num_computed = 0
         self.block_table = []
+        self.block_hashes = []
         self.status = SequenceStatus.WAITING
         self.num_preemptions += 1

@@ -57,6 +57,8 @@ class WorkerView(Protocol):
     @property
     def free_blocks(self) -> int: ...
 
+    def cached_tokens(self, req: Request) -> int: ...  # leading tokens of req whose KV is cached here
+
 
 class ClusterView(Protocol):
     """Read-only state of the cluster at `now` (virtual or wall clock, seconds)."""

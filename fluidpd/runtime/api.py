@@ -15,6 +15,7 @@ class TokenEvent:
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error" (OpenAI's words)
     logprobs: list | None = None  # engine TokenLogprob per new token, when asked for
     error: str | None = None  # set with finish_reason "error": what went wrong
+    cached_tokens: int | None = None  # on a request's first event: prompt tokens served by the prefix cache
 
 
 @dataclass(slots=True)

@@ -90,6 +90,7 @@ def build_coordinator(
         runtime,
         spawn,
         release=shared["placement"].remove if "placement" in shared else None,
+        prefix_caching=config.enable_prefix_caching,
     )
 
 

@@ -20,7 +20,7 @@ from fluidpd.policy.base import Policy
 from fluidpd.policy.view import StepPlan
 from fluidpd.runtime.api import TokenEvent
 from fluidpd.runtime.kv_moves import KVMoves
-from fluidpd.runtime.live import Live
+from fluidpd.runtime.live import Live, extend_hashes
 from fluidpd.runtime.messages import WorkerError
 from fluidpd.runtime.recovery import WorkerRecovery
 from fluidpd.runtime.steplog import StepLog, StepRecord
@@ -128,9 +128,11 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         prefills = []
         for req, c in plan.chunks:
             live = self.live[req.id]
-            if live.engine_worker != w.id:
-                self._admit(live, w.id)
-            prefills.append(PrefillChunk(live.engine_id, c))
+            cached = 0
+            if live.engine_worker != w.id:  # its first chunk here: the World applied its cache hit
+                self._add_to_engine(live, w.id)
+                cached = live.planned_cached = req.prefilled
+            prefills.append(PrefillChunk(live.engine_id, c, cached))
         decodes = [self.live[r.id].engine_id for r in w.decoding.values()] if plan.decode else []
         self.step_started[w.id] = self.now
         self.running_kinds[w.id] = plan.kind
@@ -138,7 +140,7 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         fut = backend.submit("run_step", EnginePlan(prefills=prefills, decodes=decodes))
         fut.add_done_callback(lambda f: self.loop.soon(self._stepped, w, plan, f, shape, busy))
 
-    def _admit(self, live: Live, wid: int) -> None:
+    def _add_to_engine(self, live: Live, wid: int) -> None:
         """Add the request to worker `wid`'s engine: its prompt plus what it already generated
         (a recompute after preemption), for the tokens it still may generate."""
         from dataclasses import replace
@@ -178,9 +180,14 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
             live = by_engine.get(out.request_id)
             if live is None:
                 continue
+            if live.planned_cached >= 0:
+                self._cache_hit(w, live, out.num_cached_tokens)
             if out.new_token_ids:
+                first = None if live.out_ids else live.request.cached_tokens
                 live.out_ids.extend(out.new_token_ids)
-                live.stream.put(TokenEvent(list(out.new_token_ids), logprobs=out.logprobs))
+                live.stream.put(TokenEvent(list(out.new_token_ids), logprobs=out.logprobs, cached_tokens=first))
+                if live.request.block_hashes:
+                    extend_hashes(live, w.block_size)
             if out.finished or live.aborted:
                 stopped.add(live.request.id)
                 if out.finished:
@@ -189,6 +196,15 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         if self.step_log is not None:
             self._log_step(self.step_log, w, plan, shape, busy, result)
         self.step_end(w, plan, result.step_s, frozenset(stopped))
+
+    def _cache_hit(self, w: WorkerState, live: Live, engine_hit: int) -> None:
+        """The engine's answer to the hit its admission planned: where it held fewer of the blocks
+        than the World expected (it computed them in the step instead), the engine's figure counts."""
+        req, planned = live.request, live.planned_cached
+        live.planned_cached = -1
+        if req.cached_tokens == planned and req.preemptions == 0 and engine_hit < planned:
+            w.prefix_cache_hits -= planned - engine_hit
+            req.cached_tokens = engine_hit
 
     def _log_step(self, log: StepLog, w: WorkerState, plan: StepPlan, shape: StepShape, busy, result) -> None:
         now, start = self.now, self.step_started[w.id]

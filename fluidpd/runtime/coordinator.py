@@ -11,6 +11,7 @@ import itertools
 import os
 from dataclasses import replace
 
+from fluidpd.core.blockhash import block_hashes
 from fluidpd.core.memory import rss_bytes
 from fluidpd.core.metrics import MetricsCollector
 from fluidpd.core.request import Request
@@ -48,7 +49,9 @@ class Coordinator:
         config: RuntimeConfig,
         spawn=None,
         release=None,
+        prefix_caching: bool = False,
     ):
+        self.prefix_caching = prefix_caching  # the engines cache prefixes: requests carry block hashes
         self.backends, self.tokenizer, self.model_name = backends, tokenizer, model_name
         self.max_model_len, self.vocab_size, self.config, self.profile = max_model_len, vocab_size, config, profile
         self.kv_blocks, self.block_size, self.kv_bytes_per_token = kv_blocks, block_size, kv_bytes_per_token
@@ -148,6 +151,8 @@ class Coordinator:
             )
         self._admit(cl, n)
         req = Request(next(self._ids), cl.now, n, params.max_tokens)
+        if self.prefix_caching:
+            req.block_hashes = block_hashes(ids, self.block_size)
         stream = Stream(request.request_id, _abort=lambda s, rid=req.id: cl.abort(rid))
         cl.add(Live(req, list(ids), params, stream))
         return stream
@@ -253,8 +258,16 @@ class Coordinator:
         snap = {
             "num_requests_running": sum(len(w.decoding) + w.num_prefilling for w in cl.workers),
             "num_requests_waiting": sum(len(w.queue) - w.num_prefilling + len(w.pulls) for w in cl.workers),
-            "kv_cache_usage": {w.id: w.kv_blocks_used / w.kv_blocks_total for w in cl.workers},
-            "worker_role": {w.id: w.role.value for w in cl.workers},
+            "workers": [
+                {
+                    "id": w.id,
+                    "role": w.role.value,
+                    "kv_cache_usage_perc": w.kv_blocks_used / w.kv_blocks_total,
+                    "prefix_cache_queries": w.prefix_cache_queries,
+                    "prefix_cache_hits": w.prefix_cache_hits,
+                }
+                for w in cl.workers
+            ],
             "role_transitions_total": len(getattr(cl.policy, "transitions", [])),
             "prefill_pressure_index": p.ppi,
             "decode_pressure_index": p.dpi,
@@ -277,6 +290,12 @@ def _worker_json(w, backend) -> dict:
         "step_time_ewma_s": w.step_time_ewma_s,
         "steps": w.steps,
         "preemptions": w.preemptions,
+        "prefix_cache": {
+            "cached_blocks": w.cache.num_cached,
+            "queries": w.prefix_cache_queries,
+            "hits": w.prefix_cache_hits,
+            "hit_rate": w.prefix_cache_hits / w.prefix_cache_queries if w.prefix_cache_queries else 0.0,
+        },
         "rss_bytes": rss_bytes(pid)
         if pid is not None
         else 0,  # resident memory of its process (in-process workers share this one's)

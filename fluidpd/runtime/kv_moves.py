@@ -61,8 +61,8 @@ class KVMoves:
             "KV move of request %d from worker %d to %d failed: %s: %s", req.id, src.id, dst.id, type(exc).__name__, exc
         )
         src.held.pop(req.id, None)
-        src.free(src.blocks_of(req))
-        dst.free(dst.blocks_of(req))
+        src.release(req)
+        dst.release(req, tokens=0)  # its KV never arrived: nothing of it is cached there
         src.transfers_out -= 1
         dst.transfers_in -= 1
         self.moving.discard(req.id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fluidpd.core.blockhash import block_hashes
 from fluidpd.core.request import Request
 
 
@@ -22,3 +23,14 @@ class Live:
     aborted: bool = False
     finish_reason: str | None = None
     error: str | None = None  # why its engine refused it
+    planned_cached: int = -1  # the cache hit its admission planned on its engine (-1: not admitted yet)
+
+
+def extend_hashes(live: Live, block_size: int) -> None:
+    """Hash the blocks its answer has filled, so they stay cached where it finishes (the next turn
+    of a conversation sends them back as its prompt)."""
+    hashes = live.request.block_hashes
+    done = len(hashes)
+    if isinstance(hashes, list) and (len(live.prompt_ids) + len(live.out_ids)) // block_size > done:
+        ctx = live.prompt_ids + live.out_ids
+        hashes.extend(block_hashes(ctx, block_size, done, hashes[-1] if done else 0))

@@ -12,12 +12,16 @@ Read from the runtime at scrape time (`runtime.metrics_snapshot()`):
     fluidpd:prefill_pressure_index, fluidpd:decode_pressure_index         gauges
     fluidpd:worker_role{worker, role}      gauge: 1 for the worker's current role, 0 for the others
     fluidpd:role_transitions_total         counter
+    fluidpd:prefix_cache_queries_total{worker}, fluidpd:prefix_cache_hits_total{worker}
+                                           counters, in tokens: prompt tokens looked up in the worker's
+                                           prefix cache at their first admission, and those it held
 
 The snapshot contract (every key optional; a missing one is not exported):
     {"num_requests_running": int, "num_requests_waiting": int,
      "prefill_pressure_index": float, "decode_pressure_index": float,
      "role_transitions_total": int,
-     "workers": [{"id": int, "role": "prefill" | "decode" | "colocated" | ..., "kv_cache_usage_perc": float}]}
+     "workers": [{"id": int, "role": "prefill" | "decode" | "colocated" | ..., "kv_cache_usage_perc": float,
+                  "prefix_cache_queries": int, "prefix_cache_hits": int}]}
 or, instead of "workers", the dict form {"kv_cache_usage": {id: fraction}, "worker_role": {id: role}}.
 """
 
@@ -152,11 +156,26 @@ class _RuntimeCollector:
         if workers:
             yield kv
             yield role
+        yield from _prefix_counters(m, workers)
         if snap.get("role_transitions_total") is not None:
             c = CounterMetricFamily(
                 NS + "role_transitions", "Completed worker role transitions.", labels=["model_name"]
             )
             c.add_metric([m], float(snap["role_transitions_total"]))
+            yield c
+
+
+def _prefix_counters(model: str, workers: list[dict]):
+    """fluidpd:prefix_cache_queries_total / _hits_total per worker (vLLM's names), where reported."""
+    for key, doc in (
+        ("prefix_cache_queries", "Prompt tokens looked up in the worker's prefix cache (first admissions)."),
+        ("prefix_cache_hits", "Prompt tokens whose prefill the worker's prefix cache skipped."),
+    ):
+        c = CounterMetricFamily(NS + key, doc, labels=["model_name", "worker"])
+        rows = [(str(w.get("id")), w[key]) for w in workers if w.get(key) is not None]
+        for wid, v in rows:
+            c.add_metric([model, wid], float(v))
+        if rows:
             yield c
 
 

@@ -23,9 +23,12 @@ class ChoiceOutput:
         self.chat = chat
         self.token_ids: list[int] = []
         self.text_offset = 0
+        self.cached_tokens = 0  # prompt tokens whose prefill the prefix cache skipped
 
     def add(self, event: TokenEvent) -> str:
         ids = event.token_ids
+        if event.cached_tokens is not None:
+            self.cached_tokens = event.cached_tokens
         self.token_ids += ids
         shown = ids[:-1] if event.finish_reason == "stop" and ids and ids[-1] in self.hidden else ids
         delta = self.detok.add(shown)
@@ -35,7 +38,12 @@ class ChoiceOutput:
 
     def usage(self) -> dict:
         n = len(self.token_ids)
-        return {"prompt_tokens": self.prompt_len, "completion_tokens": n, "total_tokens": self.prompt_len + n}
+        return {
+            "prompt_tokens": self.prompt_len,
+            "completion_tokens": n,
+            "total_tokens": self.prompt_len + n,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
 
     def _piece(self, tid: int) -> str:
         return self.tok.decode([tid], skip_special_tokens=False)

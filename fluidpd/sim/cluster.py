@@ -16,6 +16,8 @@ from fluidpd.policy.base import Policy
 from fluidpd.policy.view import StepPlan
 from fluidpd.sim.config import SimConfig
 from fluidpd.sim.network import Network
+from fluidpd.sim.turns import Turns
+from fluidpd.workload.blockmap import named_tokens, world_block_ids
 from fluidpd.workload.trace import Trace
 from fluidpd.world.events import EventKind, EventLoop
 from fluidpd.world.lifecycle import World
@@ -37,7 +39,10 @@ class _Run:
 
 
 class SimCluster(World):
-    """A World on a virtual clock, fed by a trace; deterministic for a seed."""
+    """A World on a virtual clock, fed by a trace; deterministic for a seed.
+
+    A trace with block ids gives its requests `block_hashes` on the simulated block size (with prefix
+    caching on); a trace with sessions runs closed loop (`Turns`)."""
 
     def __init__(
         self,
@@ -75,9 +80,14 @@ class SimCluster(World):
         self._copying_from = [0.0] * config.n_workers  # a worker's booked KV copies (CPU transports) ...
         self._copying_until = [0.0] * config.n_workers  # ... run from .. until
         self._progress = None
+        hashed = config.enable_prefix_caching and trace.hash_block_size
+        self._hash_ids = trace.hash_ids if hashed else None  # with caching off, requests carry no hashes
+        self._trace_block = trace.hash_block_size or 0
+        self._turns = Turns(trace)
+        self._thinking = 0  # sessions' next requests scheduled to arrive
 
     def active(self) -> bool:
-        return bool(self.outstanding) or self.loop.now < self.trace.arrival_s[-1]
+        return bool(self.outstanding) or bool(self._thinking) or self.loop.now < self.trace.arrival_s[-1]
 
     def run(self, progress=None) -> None:
         """Run to completion (or the drain horizon); `progress(now, completed)` is called each sample."""
@@ -85,20 +95,53 @@ class SimCluster(World):
         t = self.trace
         self._arrivals = (t.arrival_s.tolist(), t.prompt_len.tolist(), t.output_len.tolist())
         if len(t):
-            self.loop.at(self._arrivals[0][0], EventKind.ARRIVAL, self._arrive, 0)
+            self.loop.at(self._arrivals[0][self._turns.open[0]], EventKind.ARRIVAL, self._arrive, 0)
             self.loop.at(0.0, EventKind.SAMPLE, self._sample, self.config.sample_s)
             if self.policy.uses_tick:
                 self.loop.at(0.0, EventKind.CONTROL, self._control)
         horizon = (float(t.arrival_s[-1]) if len(t) else 0.0) + self.config.drain_s
         self.loop.run(until=horizon)
 
-    def _arrive(self, i: int) -> None:
-        arrival, prompt, output = self._arrivals
-        if i + 1 < len(arrival):  # queued first, so a same-instant arrival is seen before planning
-            self.loop.at(arrival[i + 1], EventKind.ARRIVAL, self._arrive, i + 1)
-        req = Request(i, arrival[i], prompt[i], output[i])
+    def _arrive(self, k: int) -> None:
+        """The `k`-th open-loop arrival (every request, without sessions)."""
+        arrival, opened = self._arrivals[0], self._turns.open
+        if k + 1 < len(opened):  # queued first, so a same-instant arrival is seen before planning
+            self.loop.at(arrival[opened[k + 1]], EventKind.ARRIVAL, self._arrive, k + 1)
+        self._send(opened[k], arrival[opened[k]])
+
+    def _send(self, i: int, at_s: float) -> None:
+        _, prompt, output = self._arrivals
+        req, t = Request(i, at_s, prompt[i], output[i]), self.trace
+        if self._hash_ids is not None:
+            ids = world_block_ids(self._hash_ids[i], self._trace_block, self.config.block_size, named_tokens(t, i))
+            req.block_hashes = ids.tolist()
+        if t.session is not None:
+            req.session, req.think_time_s = int(t.session[i]), self._turns.think_s[i]
         self.outstanding += 1
         self.submit(req)
+
+    def _next_turn(self, req: Request) -> None:
+        """`req` completed (or failed): its session's next request arrives its think time later."""
+        j = self._turns.next[req.id]
+        if j >= 0:
+            self._thinking += 1
+            self.loop.at(self.loop.now + self._turns.think_s[j], EventKind.ARRIVAL, self._turn, j)
+
+    def _turn(self, j: int) -> None:
+        self._thinking -= 1
+        self._send(j, self.loop.now)
+
+    def finish(self, req: Request) -> None:
+        super().finish(req)
+        self._next_turn(req)
+
+    def fail(self, req: Request, reason: str) -> None:
+        super().fail(req, reason)
+        self._next_turn(req)
+
+    def reject(self, req: Request) -> None:
+        super().reject(req)
+        self._next_turn(req)
 
     def on_sample(self) -> None:
         if self._progress:

@@ -28,6 +28,9 @@ class SimConfig:
     sample_s: float = 1.0  # timeline sampling period
     prefill_kv_fraction: float = knob(1.0, "share of a prefill worker's arena kept for KV (the rest is scratch)")
     hold_first_token: bool = knob(True, "release a handed-off request's first token with its first decode step")
+    enable_prefix_caching: bool = knob(
+        True, "reuse cached KV of a shared prefix (traces with block ids: Mooncake, Claude Code, sessions)"
+    )
     remap_s: float = 0.015  # FluidRole phase 2 (the seed: 10-25 ms)
     dispatch_s: float = 0.020  # FluidRole phase 3 (the seed: 15-30 ms)
     route_s: float = 0.002  # FluidRole phase 4 (the seed: sub-5 ms)

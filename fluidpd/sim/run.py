@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from fluidpd.core.metrics import MetricsCollector, Slo
+from fluidpd.core.metrics import MetricsCollector, Slo, hit_rate
 from fluidpd.latency.config import LatencyConfig
 from fluidpd.latency.fit import fit_attention_pair_time, fit_chunk_time, fit_prefill_time
 from fluidpd.latency.profiled import latency_model
@@ -19,6 +19,7 @@ from fluidpd.sim.config import SimConfig
 from fluidpd.sim.network import Network, NetworkConfig
 from fluidpd.specs.hardware import HardwareSpec
 from fluidpd.specs.models import ModelSpec
+from fluidpd.workload.blockmap import oracle_hits
 from fluidpd.workload.trace import Trace
 
 
@@ -117,4 +118,19 @@ def run_cluster(cluster: SimCluster, policy_name: str, progress=None, before_run
     summary["preemptions"] = sum(w.preemptions for w in cluster.workers)
     for kind in ("prefill", "decode", "mixed"):
         summary[f"busy_{kind}_s"] = sum(w.busy_s[kind] for w in cluster.workers)
+    summary.update(prefix_cache_summary(cluster))
     return SimResult(policy_name, summary, cluster)
+
+
+def prefix_cache_summary(cluster: SimCluster) -> dict:
+    """Token hit rates: per worker and in all (prompt tokens of first admissions a cached prefix
+    skipped), next to the infinite-cache oracle's for the trace (`oracle_hits`), where it has block ids."""
+    ws = cluster.workers
+    hits, queries = sum(w.prefix_cache_hits for w in ws), sum(w.prefix_cache_queries for w in ws)
+    out: dict = {
+        "prefix_cache_hit_rate": hit_rate(hits, queries),
+        "prefix_cache_hit_rate_by_worker": [hit_rate(w.prefix_cache_hits, w.prefix_cache_queries) for w in ws],
+    }
+    if cluster.trace.hash_ids is not None:
+        out["prefix_cache_oracle_hit_rate"] = hit_rate(*oracle_hits(cluster.trace, cluster.config.block_size))
+    return out

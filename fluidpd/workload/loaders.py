@@ -12,6 +12,7 @@ import numpy as np
 from fluidpd.workload.arrivals import Seed
 from fluidpd.workload.files import field, read_csv, read_jsonl, trace_file
 from fluidpd.workload.sampling import sample_requests
+from fluidpd.workload.sessions import chain_sessions
 from fluidpd.workload.trace import Trace
 
 AZURE_FILES = {"code": "azure_code_2023.csv", "conv": "azure_conv_2023.csv"}
@@ -27,6 +28,7 @@ AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 LENGTH_COLUMNS = ("num_prefill_tokens", "num_decode_tokens")
 SIMPLE_COLUMNS = ("arrival_s", "prompt_len", "output_len")
 MOONCAKE_BLOCK = 512  # tokens per Mooncake hash block
+CLAUDE_BLOCK = 64  # tokens per Claude Code hash block
 DEFAULT_LENGTH_RATE = 2.0  # req/s for length-only traces when no rate is given
 DEFAULT_CLAUDE_CONCURRENCY = 64.0  # mean number of concurrently active Claude Code sessions
 
@@ -45,12 +47,19 @@ def load_azure(path: str | Path | None = None, *, kind: str = "conv") -> Trace:
 
 
 def load_mooncake(
-    path: str | Path | None = None, *, kind: str = "conversation", spread_quantized: bool = False, seed: Seed = 0
+    path: str | Path | None = None,
+    *,
+    kind: str = "conversation",
+    spread_quantized: bool = False,
+    sessions: bool = False,
+    seed: Seed = 0,
 ) -> Trace:
     """Mooncake FAST'25 JSON lines: timestamp (ms), input_length, output_length, hash_ids (512-token blocks).
 
     spread_quantized: the conversation trace's timestamps come in ~3 s steps; spread the requests of each
     step uniformly (seeded) over the step, keeping their order.
+    sessions: chain a request whose ids extend an earlier one's into its session, closed loop
+    (`chain_sessions`; in the conversation trace 3,974 of 12,031 requests continue one).
     """
     p = trace_file(path, _pick(MOONCAKE_FILES, kind, "Mooncake"))
     ts, prompt, output, hashes, lines = [], [], [], [], []
@@ -68,7 +77,7 @@ def load_mooncake(
     trace = _sorted_trace(name, t - t.min() if len(t) else t, prompt_len, output_len, hashes, MOONCAKE_BLOCK)
     if spread_quantized:
         trace.arrival_s = spread_steps(trace.arrival_s, seed)
-    return trace
+    return chain_sessions(trace) if sessions else trace
 
 
 def spread_steps(t: np.ndarray, seed: Seed = 0) -> np.ndarray:
@@ -91,6 +100,7 @@ def load_claude_code(
     concurrency: float = DEFAULT_CLAUDE_CONCURRENCY,
     uncached_only: bool = False,
     with_hashes: bool = False,
+    sessions: bool = False,
     seed: Seed = 0,
 ) -> Trace:
     """Claude Code agentic sessions (kv-cache-tester, Callan Fox) on a synthesised global clock.
@@ -100,6 +110,12 @@ def load_claude_code(
     its `t_s`. uncached_only: prompt = input tokens not covered by the session's prefix cache
     (input - prefix_hit_blocks * block_size). with_hashes: keep per-request 64-token block ids as int64
     arrays, made unique across sessions (about 8 bytes per block: ~0.75 GB for the whole file).
+    sessions: closed loop: each agent of a session (the main one, each sub-agent) is a chain of requests
+    in `seq` order, the next sent its think time after the previous one's answer: its `t_s` gap less the
+    previous `api_time_s` (the file's `think_time_s` agrees on 99.99% of the pairs with both; a few count
+    from an earlier request, e.g. 3,558 s for a 22 s gap); where `api_time_s` is missing, `think_time_s`
+    capped by the gap. A chain's first request keeps its clock time.
+    With hashes, a request's ids are extended over its answer by its successor's, where that extends it.
     """
     if not (concurrency > 0 and np.isfinite(concurrency)):
         raise ValueError(f"concurrency must be > 0, got {concurrency}")
@@ -108,23 +124,25 @@ def load_claude_code(
         sessions_path if sessions_path is not None or path is None else Path(path).parent / CLAUDE_CODE_SESSIONS,
         CLAUDE_CODE_SESSIONS,
     )
-    sessions = read_csv(sp, ("trace", "duration_s"))
-    index = {s: i for i, s in enumerate(sessions.strings("trace"))}
-    durations = sessions.numbers("duration_s")
-    rows = _claude_rows(p, sp, index, uncached_only, with_hashes)
+    table = read_csv(sp, ("trace", "duration_s"))
+    index = {s: i for i, s in enumerate(table.strings("trace"))}
+    durations = table.numbers("duration_s")
+    rows = _claude_rows(p, sp, index, uncached_only, with_hashes, sessions)
     prompt_len, output_len = _check_lengths(
         np.array(rows.prompt, np.int64), np.array(rows.output, np.int64), _line_error(p, rows.lines)
     )
     starts = _session_starts(durations, concurrency, seed, sp)
     t = starts[np.array(rows.session, np.int64)] + np.array(rows.t_s, np.float64)
     name = "claude_code_uncached" if uncached_only else "claude_code"
+    chains = _claude_chains(rows, prompt_len, output_len, with_hashes) if sessions else None
     return _sorted_trace(
         name,
         t - t.min() if len(t) else t,
         prompt_len,
         output_len,
         rows.hashes if with_hashes else None,
-        64 if with_hashes else None,
+        CLAUDE_BLOCK if with_hashes else None,
+        chains,
     )
 
 
@@ -138,9 +156,14 @@ class _ClaudeRows:
     output: list[int] = dc_field(default_factory=list)
     hashes: list[np.ndarray] = dc_field(default_factory=list)
     lines: list[int] = dc_field(default_factory=list)
+    agent: list[str] = dc_field(default_factory=list)
+    think_s: list[float | None] = dc_field(default_factory=list)
+    api_s: list[float | None] = dc_field(default_factory=list)
 
 
-def _claude_rows(p: Path, sp: Path, index: dict[str, int], uncached_only: bool, with_hashes: bool) -> _ClaudeRows:
+def _claude_rows(
+    p: Path, sp: Path, index: dict[str, int], uncached_only: bool, with_hashes: bool, sessions: bool
+) -> _ClaudeRows:
     rows = _ClaudeRows()
     for line, obj in read_jsonl(p):
         sid = field(obj, "trace", str, p, line)
@@ -158,8 +181,49 @@ def _claude_rows(p: Path, sp: Path, index: dict[str, int], uncached_only: bool, 
                 rows.hashes.append(_expand_runs(field(obj, "hash_runs", list, p, line), index[sid]))
             except (TypeError, ValueError) as e:
                 raise ValueError(f"{p}: line {line}: bad hash_runs ({e})") from None
+        if sessions:
+            rows.agent.append(str(obj.get("agent", "main")))
+            rows.think_s.append(_optional_seconds(obj, "think_time_s", p, line))
+            rows.api_s.append(_optional_seconds(obj, "api_time_s", p, line))
         rows.lines.append(line)
     return rows
+
+
+def _optional_seconds(obj: dict, key: str, p: Path, line: int) -> float | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (np.isfinite(v) and v >= 0):
+        raise ValueError(f"{p}: line {line}: {key} must be a number of seconds >= 0, got {v!r}")
+    return float(v)
+
+
+def _claude_chains(
+    rows: _ClaudeRows, prompt: np.ndarray, output: np.ndarray, extend: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(session id, think time) per row: one session per (session file row, agent), in file order (each
+    session's rows are sorted by time, so an agent's are in `seq` order); `extend`: a row's ids grow
+    over its answer from its successor's ids where those extend them."""
+    session, think = np.empty(len(rows.lines), np.int64), np.zeros(len(rows.lines))
+    chains: dict[tuple[int, str], int] = {}
+    last: dict[int, int] = {}  # chain -> its latest row
+    for i, key in enumerate(zip(rows.session, rows.agent)):
+        c = chains.setdefault(key, len(chains))
+        session[i] = c
+        j = last.get(c)
+        last[c] = i
+        if j is None:
+            continue
+        gap, api, noted = rows.t_s[i] - rows.t_s[j], rows.api_s[j], rows.think_s[i]
+        if api is not None:
+            think[i] = max(gap - api, 0.0)
+        else:
+            think[i] = gap if noted is None else min(noted, gap)
+        prev, cur = rows.hashes[j], rows.hashes[i]
+        answer = int(prompt[j] + output[j]) // CLAUDE_BLOCK
+        if extend and answer > len(prev) and np.array_equal(cur[: len(prev)], prev):
+            rows.hashes[j] = cur[:answer]
+    return session, think
 
 
 def _session_starts(durations: np.ndarray, concurrency: float, seed: Seed, sp: Path) -> np.ndarray:
@@ -240,12 +304,15 @@ def _sorted_trace(
     output: np.ndarray,
     hashes: list | None = None,
     block: int | None = None,
+    sessions: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Trace:
     if len(t) and (np.diff(t) < 0).any():
         order = np.argsort(t, kind="stable")
         t, prompt, output = t[order], prompt[order], output[order]
         hashes = None if hashes is None else [hashes[i] for i in order]
-    return Trace(name, t, prompt, output, hashes, block if hashes is not None else None)
+        sessions = None if sessions is None else (sessions[0][order], sessions[1][order])
+    session, think = sessions if sessions is not None else (None, None)
+    return Trace(name, t, prompt, output, hashes, block if hashes is not None else None, None, session, think)
 
 
 def _expand_runs(runs: list, session: int) -> np.ndarray:

@@ -35,6 +35,20 @@ for _kind in ("sharegpt", "arxiv_sum", "bwb"):
     TRACES.add(_kind, _lengths(_kind))
 TRACES.add("phase_shift", _timed(lambda seed, **kw: phase_shift(seed=seed, **kw)))
 
+# loader options that make a trace closed-loop sessions with block ids (prefix reuse across turns)
+SESSION_OPTIONS = {
+    "claude_code": {"sessions": True, "with_hashes": True},
+    "mooncake_conv": {"sessions": True},
+    "mooncake_synth": {"sessions": True},
+}
+
+
+def session_options(name: str) -> dict:
+    """`load_trace` options for `name` as sessions; a ValueError for a trace that has none."""
+    if name not in SESSION_OPTIONS:
+        raise ValueError(f"trace {name!r} has no sessions; these do: {', '.join(SESSION_OPTIONS)}")
+    return dict(SESSION_OPTIONS[name])
+
 
 def load_trace(name_or_path: str | os.PathLike, *, rate: float | None = None, seed: int = 0, **kw) -> Trace:
     """A named workload (TRACES) or a trace file, with `kw` passed to its loader.

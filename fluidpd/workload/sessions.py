@@ -72,3 +72,57 @@ def context_ids(system_tokens: int, group: int, session: int, context_tokens: in
     i = np.arange(context_tokens // block, dtype=np.int64)
     shared = (i + 1) * block <= system_tokens
     return np.where(shared, SYSTEM_TAG + (group << 24) + i, SESSION_TAG + (session << 24) + i)
+
+
+def chain_sessions(trace: Trace, min_blocks: int = 2) -> Trace:
+    """Sessions where a trace's ids show conversations: a request whose ids extend an earlier request's
+    full prompt blocks (at least `min_blocks` of them, so a shared system prompt alone is no link)
+    continues that request's session when it is its first such successor (a second one starts its own
+    session); its think time is its arrival gap to that request, the trace's own service time included
+    (an upper bound; the trace does not say how long the answer took). As in every session trace, ids
+    name full blocks of a request's context: a partial last prompt block's id is dropped, and the
+    earlier request's ids are extended by the successor's over its answer, so that the next turn can
+    reuse its decoded KV.
+
+    Needs ids that name prefixes (equal id at a position: equal tokens up to there), as Mooncake's do.
+    Requests in no chain keep session -1 (open loop).
+    """
+    if trace.hash_ids is None or trace.hash_block_size is None:
+        raise ValueError(f"trace {trace.name!r} has no block ids to chain")
+    if min_blocks < 1:
+        raise ValueError(f"min_blocks must be >= 1, got {min_blocks}")
+    b, n = trace.hash_block_size, len(trace)
+    prompt, output = trace.prompt_len.tolist(), trace.output_len.tolist()
+    ids = [list(map(int, h)) for h in trace.hash_ids]
+    ends: dict[tuple[int, int], int] = {}  # (full prompt blocks, last full id) -> latest such request
+    ids = [h[: p // b] for h, p in zip(ids, prompt)]  # full blocks: a session trace's ids name whole blocks
+    session, think = np.full(n, -1, np.int64), np.zeros(n)
+    continued: set[int] = set()
+    sessions = 0
+    for i in range(n):
+        h = ids[i]
+        parent = next((ends[(k, h[k - 1])] for k in range(len(h), min_blocks - 1, -1) if (k, h[k - 1]) in ends), -1)
+        if parent >= 0 and parent not in continued:
+            continued.add(parent)
+            if session[parent] < 0:
+                session[parent], sessions = sessions, sessions + 1
+            session[i] = session[parent]
+            think[i] = trace.arrival_s[i] - trace.arrival_s[parent]
+            grown = h[: (prompt[parent] + output[parent]) // b]
+            if len(grown) > len(ids[parent]):
+                ids[parent] = grown
+        full = prompt[i] // b
+        if full >= min_blocks:
+            ends[(full, h[full - 1])] = i
+    hashes = [np.array(h, np.int64) for h in ids]
+    return Trace(
+        trace.name,
+        trace.arrival_s,
+        trace.prompt_len,
+        trace.output_len,
+        hashes,
+        b,
+        trace.span_s,
+        session,
+        think,
+    )

@@ -15,7 +15,9 @@ class Trace:
     arrival_s: np.ndarray  # float64, >= 0, non-decreasing
     prompt_len: np.ndarray  # int64, >= 1
     output_len: np.ndarray  # int64, >= 1 (the first token is produced by prefill)
-    hash_ids: list | None = None  # per request: prefix-block hash ids (kept for prefix-reuse work)
+    # per request: prefix-block hash ids, equal ids meaning equal prefixes; with sessions, the full blocks of
+    # its context (prompt, then answer); else of its prompt (the last may name a partial block)
+    hash_ids: list | None = None
     hash_block_size: int | None = None  # tokens per hash block (Mooncake 512, Claude Code 64)
     span_s: float | None = None  # nominal end time (e.g. a window's length); None: the last arrival
     # closed-loop sessions: a request with session >= 0 is its session's next turn, sent its think
@@ -77,11 +79,14 @@ class Trace:
         return len(self) / d if d > 0 else 0.0
 
     def scale_rate(self, x: float) -> Trace:
-        """Compress time by `x` (x=2 doubles the request rate)."""
+        """Compress time by `x` (x=2 doubles the request rate; sessions' think times shrink alike)."""
         if not x > 0 or not np.isfinite(x):
             raise ValueError(f"rate scale must be a positive finite number, got {x}")
         span = None if self.span_s is None else self.span_s / x
-        return self._replace(self.arrival_s / x, slice(None), span)
+        t = self._replace(self.arrival_s / x, slice(None), span)
+        if t.think_time_s is not None:  # a closed loop's pauses compress with its clock
+            t.think_time_s = t.think_time_s / x
+        return t
 
     def window(self, start_s: float, duration_s: float) -> Trace:
         """Requests arriving in [start_s, start_s + duration_s), re-based so start_s becomes 0."""

@@ -127,7 +127,7 @@ class Elastic:
         req, home = spread.request, self.workers[spread.home]
         req.worker = home.id
         if req.finished:
-            home.free(home.blocks_of(req))
+            home.release(req)
             self.finish(req)
             return
         req.moved = len(spread.pieces) > 1
@@ -172,7 +172,8 @@ class Elastic:
 
     def _migrated(self, arg) -> None:
         req, src, dst = arg
-        src.free(src.blocks_of(req))
+        src.release(req)
+        dst.register(req, dst.stored(req))
         src.transfers_out -= 1
         dst.transfers_in -= 1
         req.migrations += 1
@@ -194,7 +195,7 @@ class Elastic:
             target = min(w.kv_blocks_full, max(self.prefill_kv_floor, int(w.kv_blocks_full * self.prefill_kv_fraction)))
         else:
             target = w.kv_blocks_full
-        if target < w.kv_blocks_used:
+        if target < w.kv_blocks_used:  # cached blocks do not count: a shrink evicts them
             raise RuntimeError(f"worker {w.id}: remap below live KV ({w.kv_blocks_used} blocks)")
         return target
 
@@ -204,7 +205,7 @@ class Elastic:
             return
         w = self.workers[a.worker]
         if a.phase in ("remap", "restart"):  # a restart comes back re-sliced and in its new role
-            w.kv_blocks_total = self.remap_blocks(w, a.role)
+            w.resize(self.remap_blocks(w, a.role))  # cached blocks go first; what fits stays
         if a.phase in ("dispatch", "restart"):
             w.role = a.role
             if a.role is Role.DECODE:

@@ -158,21 +158,41 @@ class World(Elastic, Recovery):
             w.allocate(w.step_growth)
             n = len(w.decoding)
             shape.add_decodes(n, w.decode_ctx_sum + n)
+        if w.admitted:
+            w.admitted = []
         for i, (req, c) in enumerate(plan.chunks):
             if req.prefilled == 0:
                 need = blocks_for(req.prefill_target, w.block_size)
                 if need > w.free_blocks:  # decode growth took the room the planner counted on
                     del plan.chunks[i:]
                     break
-                w.allocate(need)
-                w.num_prefilling += 1
-                req.worker = w.id
+                if self._admit(w, req, need):  # a cached prefix: the chunk starts after it
+                    c = min(c, req.prefill_remaining)
+                    plan.chunks[i] = (req, c)
             shape.add_chunk(c, req.kv_prior)
         if not plan:
             w.busy = False
             return
         w.steps += 1
         self.execute(w, plan, shape)
+
+    def _admit(self, w: WorkerState, req: Request | PrefillPiece, need: int) -> int:
+        """`req` starts prefilling on `w`: it holds its cached prefix there (a hit advances `prefilled`
+        past it; counted at its first admission only, not for a recompute) and `need` blocks in all."""
+        hit = w.take_cached(req) if isinstance(req, Request) else 0
+        w.allocate(need - hit // w.block_size)
+        w.num_prefilling += 1
+        w.admitted.append(req)
+        req.worker = w.id
+        if isinstance(req, Request) and not req.cache_queried:
+            req.cache_queried = True
+            req.cached_tokens = hit
+            w.prefix_cache_queries += req.prompt_len
+            w.prefix_cache_hits += hit
+        if hit:
+            req.prefilled = hit
+            w.queued_tokens -= hit
+        return hit
 
     def _make_room(self, w: WorkerState) -> bool:
         """Preempt (by recompute) until the next decode step's KV growth fits; False if none left."""
@@ -182,7 +202,7 @@ class World(Elastic, Recovery):
 
     def preempt(self, w: WorkerState, req: Request) -> None:
         w.leave(req)
-        w.free(w.blocks_of(req))
+        w.release(req)  # its blocks stay cached: the recompute may hit them
         w.preemptions += 1
         req.preemptions += 1
         req.start_over()
@@ -200,7 +220,7 @@ class World(Elastic, Recovery):
         if plan.decode:
             for done in w.decode_tick(now, self.slo_tbt, self.metrics.on_gap, stopped):
                 w.leave(done)
-                w.free(w.blocks_of(done))
+                w.release(done)
                 self.finish(done)
         for req, c in plan.chunks:
             req.prefilled += c
@@ -223,6 +243,7 @@ class World(Elastic, Recovery):
         if isinstance(req, PrefillPiece):
             self.piece_done(w, req)
             return
+        w.register(req, req.prefill_target)
         if req.generated:
             gap = self.loop.now - req.last_token_s
             self.metrics.on_gap(gap)
@@ -230,7 +251,7 @@ class World(Elastic, Recovery):
         req.emit(self.loop.now)
         w.tokens_out += 1
         if req.finished or req.id in stopped:
-            w.free(w.blocks_of(req))
+            w.release(req)
             self.finish(req)
             return
         self.decode_or_hand_off(w, req)
@@ -276,7 +297,8 @@ class World(Elastic, Recovery):
     def _pulled(self, arg: tuple[Request, WorkerState, WorkerState]) -> None:
         req, src, d = arg
         del src.held[req.id]
-        src.free(src.blocks_of(req))
+        src.release(req)  # the source keeps the prompt cached
+        d.register(req, WorkerState.stored(req))  # arrived KV is cached on the decode worker
         src.transfers_out -= 1
         d.transfers_in -= 1
         req.moved = True
@@ -291,11 +313,17 @@ class World(Elastic, Recovery):
         w.free(w.step_growth)
         w.step_growth = 0
         bad = {r.id for r, _ in culprits}
-        for req, _ in plan.chunks:
-            if req.id not in bad and req.prefilled == 0 and req.worker == w.id:  # admitted by this step
+        for req in w.admitted:
+            if req.id not in bad and req.worker == w.id:  # admitted by this step: its cache hit undone
                 w.num_prefilling -= 1
-                w.free(blocks_for(req.prefill_target, w.block_size))
+                if isinstance(req, Request):
+                    w.release(req, blocks_for(req.prefill_target, w.block_size), 0)
+                else:
+                    w.free(blocks_for(req.prefill_target, w.block_size))
+                w.queued_tokens += req.prefilled
+                req.prefilled = 0
                 req.worker = -1
+        w.admitted = []
         for req, reason in culprits:
             self.drop(req)
             self.fail(req, reason)
@@ -311,16 +339,16 @@ class World(Elastic, Recovery):
                 w.dequeue(req)
                 if req.worker == w.id:
                     w.num_prefilling -= 1
-                    w.free(blocks_for(req.prefill_target, w.block_size))
+                    w.release(req, blocks_for(req.prefill_target, w.block_size), req.prefilled)
             elif req.id in w.decoding:
                 w.leave(req)
-                w.free(w.blocks_of(req))
+                w.release(req)
             elif req in w.incoming:
                 w.incoming.remove(req)
-                w.free(w.blocks_of(req))
+                w.release(req)
             elif req.id in w.held:
                 del w.held[req.id]
-                w.free(w.blocks_of(req))
+                w.release(req)
             if req in w.pulls:
                 w.pulls.remove(req)
                 w.pull_blocks_pending -= w.blocks_of(req)

@@ -8,10 +8,15 @@ from collections import deque
 from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.request import Request
 from fluidpd.policy.view import Role, blocks_for
+from fluidpd.world.prefix_cache import PrefixCache
 
 
 class WorkerState:
     """One engine instance: implements the policy's WorkerView over O(1)-per-step bookkeeping.
+
+    Prefix caching (`cache`): blocks are counted once however many requests share them; evictable
+    cached blocks count as free, and an allocation that needs their room evicts the least recently
+    used. A request's KV leaves through `release`, which keeps its hashed blocks cached.
 
     Decode-side KV growth is tracked without touching every request: a decoding request with
     `s0` stored tokens that joined after decode step `k0` needs a new block at every step `k`
@@ -19,10 +24,12 @@ class WorkerState:
     """
 
     __slots__ = (
+        "admitted",
         "block_size",
         "buckets",
         "busy",
         "busy_s",
+        "cache",
         "decode_ctx_sum",
         "decode_steps",
         "decoding",
@@ -40,6 +47,8 @@ class WorkerState:
         "num_prefilling",
         "over_cum",
         "preemptions",
+        "prefix_cache_hits",
+        "prefix_cache_queries",
         "pull_blocks_pending",
         "pulls",
         "queue",
@@ -92,6 +101,10 @@ class WorkerState:
         self.preemptions = 0
         self.tokens_out = 0
         self.role_since = 0.0
+        self.cache = PrefixCache()
+        self.prefix_cache_queries = 0  # prompt tokens of first admissions here
+        self.prefix_cache_hits = 0  # ... whose prefill a cached prefix skipped
+        self.admitted: list[Request | PrefillPiece] = []  # requests the step in flight admitted
 
     # --- WorkerView -------------------------------------------------------------------
     @property
@@ -120,11 +133,60 @@ class WorkerState:
         if blocks > self.free_blocks:
             raise RuntimeError(f"worker {self.id}: KV over-allocated")
         self.kv_blocks_used += blocks
+        lru = self.cache.lru
+        if lru and self.kv_blocks_used + len(lru) > self.kv_blocks_total:
+            self.cache.evict(self.kv_blocks_used + len(lru) - self.kv_blocks_total)
 
     def free(self, blocks: int) -> None:
         self.kv_blocks_used -= blocks
         if self.kv_blocks_used < 0:
             raise RuntimeError(f"worker {self.id}: freed more KV blocks than allocated")
+
+    def resize(self, kv_blocks: int) -> None:
+        """Re-slice the arena to `kv_blocks` (FluidRole's remap): cached blocks that no longer fit
+        beside the live KV are evicted, the rest stay cached."""
+        if kv_blocks < self.kv_blocks_used:
+            raise RuntimeError(f"worker {self.id}: resize below live KV ({self.kv_blocks_used} blocks)")
+        self.kv_blocks_total = kv_blocks
+        self.cache.evict(self.kv_blocks_used + self.cache.evictable - kv_blocks)
+
+    # --- prefix cache -----------------------------------------------------------------
+    def cached_tokens(self, req: Request) -> int:
+        """Leading tokens of `req` whose KV is cached here: full blocks, at most all but its last
+        token to prefill (that one is always computed)."""
+        hashes = req.block_hashes
+        if not hashes:
+            return 0
+        return self.cache.match(hashes, (req.prefill_target - 1) // self.block_size) * self.block_size
+
+    def take_cached(self, req: Request) -> int:
+        """At `req`'s admission: hold its cached leading blocks; returns the tokens they cover."""
+        bs = self.block_size
+        n = self.cached_tokens(req) // bs
+        if n:
+            self.kv_blocks_used += self.cache.acquire(req.id, req.block_hashes, n)
+        return n * bs
+
+    def register(self, req: Request, tokens: int) -> None:
+        """`req`'s KV of its first `tokens` tokens is computed (or arrived) here: its full hashed
+        blocks join the cache, shared with (and deduplicated against) the copies already here."""
+        hashes = req.block_hashes
+        if hashes:
+            self.free(self.cache.register(req.id, hashes, min(len(hashes), tokens // self.block_size)))
+
+    def release(self, req: Request, blocks: int | None = None, tokens: int | None = None) -> None:
+        """Free `req`'s KV here: `blocks` blocks (default `blocks_of(req)`); its full hashed blocks
+        among its first `tokens` tokens of valid KV (default `stored(req)`) stay cached, evictable."""
+        if blocks is None:
+            blocks = self.blocks_of(req)
+        hashes = req.block_hashes
+        if not hashes:
+            self.free(blocks)
+            return
+        if tokens is None:
+            tokens = self.stored(req)
+        held, unreferenced = self.cache.release(req.id, hashes, min(len(hashes), tokens // self.block_size))
+        self.free(blocks - held + unreferenced)
 
     # --- prefill queue ------------------------------------------------------------------
     def enqueue(self, req: Request | PrefillPiece, front: bool = False, in_order: bool = False) -> None:

@@ -4,7 +4,7 @@ from fluidpd.core.blockhash import ROOT, block_hashes, chain
 def test_equal_hashes_mean_equal_prefixes():
     a = block_hashes(list(range(40)), 16)
     b = block_hashes(list(range(32)) + [7] * 8, 16)
-    c = block_hashes([1] + list(range(1, 40)), 16)
+    c = block_hashes([1, *range(1, 40)], 16)
     assert len(a) == 2 and a == b  # the partial third block is not hashed
     assert c[0] != a[0] and c[1] != a[1]  # the same second block after a different first one
 

@@ -20,7 +20,7 @@ def seq(n_prompt: int, rid: str = "r", n_out: int = 0, computed: int = 0) -> Seq
 
 
 def test_block_manager_allocate_free_lowest_first():
-    bm = BlockManager(8, 4)
+    bm = BlockManager(8, 4, enable_caching=False)
     a, b = seq(5, "a"), seq(9, "b")
     assert bm.allocate(a, 5) == [0, 1] and bm.allocate(b, 9) == [2, 3, 4]
     assert bm.allocate(a, 8) == [] and bm.allocate(a, 9) == [5]
@@ -33,7 +33,7 @@ def test_block_manager_allocate_free_lowest_first():
 
 
 def test_block_manager_resize_moves_high_blocks():
-    bm = BlockManager(10, 4)
+    bm = BlockManager(10, 4, enable_caching=False)
     filler, live = seq(16, "f"), seq(12, "l")
     bm.allocate(filler, 16)
     bm.allocate(live, 12)  # [4, 5, 6]
@@ -92,7 +92,7 @@ def test_arena_gather_uses_scratch_when_it_fits():
 
 
 def test_scheduler_budget_chunks_and_admission():
-    bm = BlockManager(10, 4)
+    bm = BlockManager(10, 4, enable_caching=False)
     sch = Scheduler(bm, max_num_seqs=2, max_num_batched_tokens=8)
     a, b, c = seq(10, "a"), seq(6, "b"), seq(3, "c")
     for s in (a, b, c):
@@ -107,7 +107,7 @@ def test_scheduler_budget_chunks_and_admission():
 
 
 def test_scheduler_preempts_newest_when_blocks_run_out():
-    bm = BlockManager(4, 4)
+    bm = BlockManager(4, 4, enable_caching=False)
     sch = Scheduler(bm, max_num_seqs=4, max_num_batched_tokens=64)
     a, b = seq(8, "a"), seq(8, "b")
     sch.add(a)
@@ -122,7 +122,7 @@ def test_scheduler_preempts_newest_when_blocks_run_out():
 
 
 def test_scheduler_drops_requests_larger_than_the_pool():
-    bm = BlockManager(2, 4)
+    bm = BlockManager(2, 4, enable_caching=False)
     sch = Scheduler(bm, 4, 64)
     big = seq(12, "big")
     sch.add(big)

@@ -178,7 +178,7 @@ def test_engine_failure_fails_requests_visibly_and_the_runtime_carries_on(served
     r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=3, temperature=0)
     assert r.choices[0].text  # the runtime serves again
     snap = idle(served.runtime)
-    assert all(u == 0 for u in snap["kv_cache_usage"].values())
+    assert all(w["kv_cache_usage_perc"] == 0 for w in snap["workers"])
 
 
 def test_a_runtime_that_cannot_serve_answers_503_without_its_reason(served, model, monkeypatch):

@@ -90,5 +90,6 @@ def test_cluster_state_and_force_role(local):
     with pytest.raises(KeyError):
         rt.force_role(1, "prefill")
     snap = rt.metrics_snapshot()
-    assert {"num_requests_running", "num_requests_waiting", "kv_cache_usage", "worker_role"} <= set(snap)
+    assert {"num_requests_running", "num_requests_waiting", "workers"} <= set(snap)
+    assert snap["workers"][0]["role"] == "colocated" and snap["workers"][0]["prefix_cache_queries"] >= 0
     assert snap["prefill_pressure_index"] >= 0 and snap["decode_pressure_index"] >= 0

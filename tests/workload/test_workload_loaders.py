@@ -261,3 +261,44 @@ def test_unknown_kinds():
     ):
         with pytest.raises(ValueError, match="valid"):
             call()
+
+
+def test_claude_code_sessions_chain_each_agent_closed_loop(tmp_path):
+    (tmp_path / "claude_code_sessions.csv").write_text("trace,duration_s\na,100.0\nb,50.0\n")
+    rows = [
+        # session a: the main agent's three turns (the third without a think time), a sub-agent's one
+        ("a", "main", 0.0, 2.0, 0.0, 128, 64, [[1, 2]]),
+        ("a", "agent_001", 1.0, 1.0, 0.0, 64, 10, [[50, 1]]),
+        ("a", "main", 10.0, 3.0, 100.0, 256, 64, [[1, 4]]),  # its think time counts from further back
+        ("a", "main", 20.0, None, None, 300, 10, [[1, 4]]),
+        ("b", "main", 0.0, 1.0, 0.0, 64, 10, [[1, 1]]),
+    ]
+    reqs = tmp_path / "r.jsonl"
+    reqs.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "trace": s,
+                    "agent": a,
+                    "t_s": t,
+                    "api_time_s": api,
+                    "think_time_s": think,
+                    "input_tokens": n,
+                    "output_tokens": o,
+                    "prefix_hit_blocks": 0,
+                    "block_size": 64,
+                    "hash_runs": runs,
+                }
+            )
+            + "\n"
+            for s, a, t, api, think, n, o, runs in rows
+        )
+    )
+    t = load_claude_code(reqs, with_hashes=True, sessions=True, seed=0)
+    order = np.lexsort((t.arrival_s, t.session))
+    by_session = [(int(t.session[i]), float(t.think_time_s[i]), int(t.prompt_len[i])) for i in order]
+    # main of a: its t_s gaps less the previous api times (10 - 2, 20 - 10 - 3)
+    assert by_session == [(0, 0.0, 128), (0, 8.0, 256), (0, 7.0, 300), (1, 0.0, 64), (2, 0.0, 64)]
+    first = int(order[0])
+    assert len(t.hash_ids[first]) == (128 + 64) // 64  # grown over its answer by its successor's ids
+    assert load_claude_code(reqs, seed=0).session is None

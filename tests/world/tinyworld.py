@@ -97,10 +97,18 @@ class TinyWorld(World):
 
 
 def expected_blocks(w) -> int:
-    """The KV blocks worker `w` should hold between steps, recomputed from its requests."""
-    admitted = sum(blocks_for(r.prefill_target, w.block_size) for r in w.queue if r.worker == w.id)
+    """The KV blocks worker `w` should hold between steps, recomputed from its requests: each one's
+    private blocks, plus the cached blocks they hold, counted once however many share them."""
+    held = w.cache.held
+    admitted = [r for r in w.queue if r.worker == w.id]
     live = [*w.decoding.values(), *w.incoming, *w.held.values()]
-    return admitted + sum(w.blocks_of(r) for r in live)
+    refs: dict[int, int] = {}
+    for r in [*admitted, *live]:
+        for h in r.block_hashes[: held.get(r.id, 0)] if hasattr(r, "block_hashes") else ():
+            refs[h] = refs.get(h, 0) + 1
+    assert refs == w.cache.refs, f"worker {w.id}: cache references drifted"
+    private = sum(blocks_for(r.prefill_target, w.block_size) - held.get(r.id, 0) for r in admitted)
+    return private + sum(w.blocks_of(r) - held.get(r.id, 0) for r in live) + len(refs)
 
 
 def requests(n: int, prompt: int = 40, output: int = 20, gap_s: float = 0.002) -> list[Request]:

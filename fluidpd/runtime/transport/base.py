@@ -41,6 +41,8 @@ class KVHandle:
     generator_state: torch.Tensor | None = None
     logprobs: list | None = None
     num_preemptions: int = 0
+    skip_blocks: int = 0  # leading blocks not sent: the destination's prefix cache holds them
+    num_cached_tokens: int = 0
     meta: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)  # seconds: "export_s" (engine), "send_s" (transport)
     payload: KVPayload | None = field(default=None, repr=False)  # LocalTransport only
@@ -100,6 +102,8 @@ def to_handle(p: KVPayload, transport: str, **kw: Any) -> KVHandle:
         generator_state=p.generator_state,
         logprobs=p.logprobs,
         num_preemptions=p.num_preemptions,
+        skip_blocks=p.skip_blocks,
+        num_cached_tokens=p.num_cached_tokens,
         meta=dict(p.meta),
         **kw,
     )
@@ -118,5 +122,7 @@ def to_payload(handle: KVHandle, blocks: torch.Tensor) -> KVPayload:
         generator_state=handle.generator_state,
         logprobs=handle.logprobs,
         num_preemptions=handle.num_preemptions,
+        skip_blocks=handle.skip_blocks,
+        num_cached_tokens=handle.num_cached_tokens,
         meta=dict(handle.meta),
     )

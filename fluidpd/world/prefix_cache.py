@@ -1,0 +1,107 @@
+"""A worker's prefix cache as the lifecycle sees it: KV blocks named by hash, shared, reference-counted.
+
+vLLM's automatic prefix caching, counted rather than stored: a live block (held by at least one request)
+has a reference count; a block nobody holds stays cached in an LRU of evictable blocks until an
+allocation needs its room. Every request holds refs on a leading run of its `block_hashes` (`held`);
+its other blocks are private to it. The worker counts live blocks once in `kv_blocks_used` and the
+evictable ones as free (`WorkerState` keeps used + evictable <= the arena). Each operation costs
+O(blocks it touches).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+
+class PrefixCache:
+    """Reference counts of live blocks by hash, an LRU of evictable ones, each request's held run."""
+
+    __slots__ = ("held", "lru", "refs")
+
+    def __init__(self) -> None:
+        self.refs: dict[int, int] = {}  # live block hash -> requests holding it
+        self.lru: OrderedDict[int, None] = OrderedDict()  # evictable cached blocks, least recently used first
+        self.held: dict[int, int] = {}  # request id -> leading blocks of its hashes it holds refs on
+
+    @property
+    def evictable(self) -> int:
+        return len(self.lru)
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks held by hash here, live or evictable."""
+        return len(self.refs) + len(self.lru)
+
+    def __contains__(self, h: int) -> bool:
+        return h in self.refs or h in self.lru
+
+    def match(self, hashes: Sequence[int], limit: int) -> int:
+        """How many leading blocks of `hashes` (at most `limit`) are cached here, live or evictable."""
+        refs, lru = self.refs, self.lru
+        n = 0
+        for h in hashes:
+            if n >= limit or (h not in refs and h not in lru):
+                break
+            n += 1
+        return n
+
+    def acquire(self, rid: int, hashes: Sequence[int], n: int) -> int:
+        """Request `rid` takes refs on hashes[:n] (all cached); returns how many it revived from the LRU."""
+        refs, lru = self.refs, self.lru
+        revived = 0
+        for h in hashes[:n]:
+            if h in refs:
+                refs[h] += 1
+            else:
+                del lru[h]
+                refs[h] = 1
+                revived += 1
+        self.held[rid] = n
+        return revived
+
+    def register(self, rid: int, hashes: Sequence[int], n: int) -> int:
+        """`rid`'s computed private blocks up to hashes[:n] become its held, shared blocks; returns how
+        many of them it drops for a live copy already here (those blocks are freed)."""
+        start = self.held.get(rid, 0)
+        if n <= start:
+            return 0
+        refs, lru = self.refs, self.lru
+        dropped = 0
+        for h in hashes[start:n]:
+            if h in refs:
+                refs[h] += 1
+                dropped += 1
+            else:
+                lru.pop(h, None)  # an evictable copy: ours replaces it
+                refs[h] = 1
+        self.held[rid] = n
+        return dropped
+
+    def release(self, rid: int, hashes: Sequence[int], n: int) -> tuple[int, int]:
+        """`rid` lets go: its refs drop (a block nobody holds becomes evictable) and its private blocks
+        among hashes[:n] become evictable unless cached already. Tail first, as vLLM frees, so the LRU
+        evicts a prefix's end before its start. Returns (blocks it held, of which now unreferenced)."""
+        held = self.held.pop(rid, 0)
+        refs, lru = self.refs, self.lru
+        unreferenced = 0
+        for i in range(max(n, held) - 1, -1, -1):
+            h = hashes[i]
+            if i < held:
+                k = refs[h] - 1
+                if k:
+                    refs[h] = k
+                    continue
+                del refs[h]
+                unreferenced += 1
+            elif h in refs:
+                continue
+            lru[h] = None
+            lru.move_to_end(h)
+        return held, unreferenced
+
+    def evict(self, blocks: int) -> None:
+        """Drop the `blocks` least recently used evictable blocks."""
+        lru = self.lru
+        for _ in range(min(blocks, len(lru))):
+            lru.popitem(last=False)
