@@ -1,5 +1,6 @@
-"""Simulator fingerprint: every policy on a few workloads, per-request times and the summary, so a
-speed-up can be checked to leave the results bit-identical.
+"""Simulator fingerprint: every policy on a few workloads, per-request times and the summary.
+
+A speed-up is checked to leave the results bit-identical (one workload has prefix-cache hits).
 
     .venv/bin/python benchmarks/sim_fingerprint.py --save before.json   # at the base commit
     .venv/bin/python benchmarks/sim_fingerprint.py --check before.json  # after the change
@@ -51,6 +52,9 @@ def cases():
     yield "azure_conv_x8_2k/8b-h100-small-kv", load_trace("azure_conv").scale_rate(8).head(2000), small_kv
     synth = synthetic(3000, 60.0, prompt_len=("lognormal", 1024, 0.8), output_len=("lognormal", 128, 0.8), seed=1)
     yield "synthetic_3k/8b-h100-jitter", synth, h100_8b
+    # closed-loop chat sessions with block ids: the prefix cache hits
+    sessions = load_trace("mooncake_conv", sessions=True).head(600)
+    yield "mooncake_conv_sessions_600/8b-h100-prefix-cache", sessions, replace(h100_8b, sim=SimConfig(n_workers=4))
     cpu_trace = synthetic(150, 2.0, prompt_len=("lognormal", 256, 0.5), output_len=("lognormal", 32, 0.5), seed=2)
     yield "synthetic_150/cpu-host-contended", cpu_trace, cpu
 
