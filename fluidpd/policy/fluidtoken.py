@@ -193,13 +193,14 @@ class FluidToken:
         g, g_b, pair_s = self._chunk_time, self._chunk_time(b), self.attn_pair_s
         return lambda c: g(b + c) - g_b + pair_s * (c * prior) <= budget
 
-    def has_slack(self, w: WorkerView) -> bool:
-        """chunk_tokens(w) > 0. Where g is non-decreasing over the search, so is a chunk's cost in c:
-        some chunk fits iff the smallest one worth borrowing does (one evaluation, no search)."""
+    def has_slack(self, w: WorkerView, slack_s: float) -> bool:
+        """chunk_tokens(w) > 0, given `slack_s` = slack(w). Where g is non-decreasing over the search,
+        so is a chunk's cost in c: some chunk fits iff the smallest one worth borrowing does (one
+        evaluation, no search)."""
         b, c = w.num_decoding, self.config
         if b + c.max_chunk > self._g_rises_upto:
             return self.chunk_tokens(w) > 0
-        budget = self.slack(w) / self.cost_scale(w)
+        budget = slack_s / self.cost_scale(w)
         return budget > 0 and self._fits(b, 0, budget)(c.min_chunk)
 
     def plan(self, w: WorkerView, max_num_seqs: int) -> StepPlan:
@@ -225,18 +226,18 @@ class FluidToken:
         donors = [w for w in view.workers if w.role is Role.PREFILL and w.queue]
         if not donors:
             return []
-        owner: dict[int, int] = {}
-        for w in donors:  # a few unstarted requests from the head of each queue
-            for r in _unstarted_head(w, 8):
-                owner[r.id] = w.id
-        waiting = sorted((r for w in donors for r in _unstarted_head(w, 8)), key=lambda r: (r.arrival_s, r.id))
+        heads = {w.id: _unstarted_head(w, 8) for w in donors}  # a few unstarted requests from each queue's head
+        owner = {r.id: wid for wid, reqs in heads.items() for r in reqs}
+        waiting = sorted((r for reqs in heads.values() for r in reqs), key=lambda r: (r.arrival_s, r.id))
         cap = self.config.borrowed_per_worker
         self._reserve = handoff_reserve(view)
-        free = [
-            w for w in view.workers if w.role is Role.DECODE and w.routable and len(w.queue) < cap and self.has_slack(w)
-        ]
-        room = {w.id: self._room(w) for w in free}  # nothing changes while borrowing plans
-        slack = {w.id: self.slack(w) for w in free}
+        free, slack = [], {}  # nothing changes while borrowing plans: each worker's slack is read once
+        for w in view.workers:
+            if w.role is Role.DECODE and w.routable and len(w.queue) < cap:
+                slack[w.id] = self.slack(w)
+                if self.has_slack(w, slack[w.id]):
+                    free.append(w)
+        room = {w.id: self._room(w) for w in free}
         actions: list = []
         for req in waiting:
             if not free:
