@@ -1,10 +1,11 @@
 """Simulator speed: the whole Azure conversation trace at rate scale 4 on 8 simulated H100s
 (Llama-3.3-70B FP8, static-pd 2P:6D), and a 1,000,000-request synthetic run vs 100,000.
 
-Targets: Azure run <= 10 s wall; 1M requests <= 5 min and <= 2 GiB peak RSS; the 1M/100k
-wall-time ratio near 10 (linear). Each large run goes in its own process so its peak RSS is its own.
+Targets: the Azure run at >= 10k requests/s (NVIDIA Dynamo's mocker replays about 9.8k/s on one
+thread); 1M requests <= 5 min and <= 2 GiB peak RSS; the 1M/100k wall-time ratio near 10 (linear).
+Each large run goes in its own process so its peak RSS is its own.
 
-    .venv/bin/python benchmarks/sim_speed.py [--quick]
+    .venv/bin/python benchmarks/sim_speed.py [--quick]   # --quick: 10k/100k instead of 100k/1M
 """
 
 from __future__ import annotations
@@ -58,9 +59,11 @@ def main() -> None:
 
     azure = [run_child("azure") for _ in tqdm(range(repeats), desc="azure_conv x4", file=sys.stderr)]
     azure_wall = statistics.median(r["wall_s"] for r in azure)
+    azure_rate = azure[0]["requests"] / azure_wall
     print(
         f"azure_conv x4, {azure[0]['requests']} requests, 8 x H100 Llama-3.3-70B FP8 static-pd 2P:6D: "
-        f"median wall {azure_wall:.2f} s over {repeats} (target <= 10 s), completed {azure[0]['completed']}"
+        f"median wall {azure_wall:.2f} s over {repeats}, {azure_rate / 1e3:.1f}k req/s (target >= 10k), "
+        f"completed {azure[0]['completed']}"
     )
     small_n, big_n = (10_000, 100_000) if args.quick else (100_000, 1_000_000)
     t0 = time.perf_counter()
@@ -74,7 +77,8 @@ def main() -> None:
     print(f"(benchmark took {time.perf_counter() - t0:.0f} s)")
     ratio = big["wall_s"] / small["wall_s"]
     print(
-        f"headline: azure_conv x4 static-pd {azure_wall:.2f} s; {big_n:,} requests in {big['wall_s']:.0f} s, "
+        f"headline: azure_conv x4 static-pd {azure_wall:.2f} s ({azure_rate / 1e3:.1f}k req/s); "
+        f"{big_n:,} requests in {big['wall_s']:.0f} s, "
         f"{big['rss_gib']:.2f} GiB peak; wall ratio {big_n // small_n}x requests = {ratio:.2f}"
     )
 

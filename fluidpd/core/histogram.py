@@ -10,17 +10,22 @@ import numpy as np
 
 @dataclass(slots=True)
 class StreamingHistogram:
-    """Log-spaced buckets between `lo` and `hi` seconds; relative error about `rel_err`."""
+    """Log-spaced buckets between `lo` and `hi` seconds; relative error about `rel_err`.
+
+    The bucket counts are a Python list (one `add` is a float add, not a NumPy scalar round
+    trip: the simulator adds a sample every step); `counts` is their array.
+    """
 
     lo: float = 1e-5
     hi: float = 1e5
     rel_err: float = 0.005
-    counts: np.ndarray = field(init=False)
+    bins: list[float] = field(init=False)
     total: float = 0.0
     sum: float = 0.0
     max: float = 0.0
     _log_lo: float = field(init=False)
     _scale: float = field(init=False)
+    _last: int = field(init=False)  # index of the last bucket (everything from `hi` up)
 
     def __post_init__(self) -> None:
         if not 0 < self.lo < self.hi or self.rel_err <= 0:
@@ -28,16 +33,17 @@ class StreamingHistogram:
         self._log_lo = math.log(self.lo)
         self._scale = 1.0 / math.log1p(2 * self.rel_err)
         n = math.ceil((math.log(self.hi) - self._log_lo) * self._scale) + 2
-        self.counts = np.zeros(n, dtype=np.float64)
+        self.bins = [0.0] * n
+        self._last = n - 1
 
-    def _bucket(self, x: float) -> int:
-        if x <= self.lo:
-            return 0
-        i = int((math.log(x) - self._log_lo) * self._scale) + 1
-        return min(i, len(self.counts) - 1)
+    @property
+    def counts(self) -> np.ndarray:
+        """Samples (summed weights) per bucket."""
+        return np.array(self.bins, dtype=np.float64)
 
     def add(self, x: float, weight: float = 1.0) -> None:
-        self.counts[self._bucket(x)] += weight
+        i = 0 if x <= self.lo else int((math.log(x) - self._log_lo) * self._scale) + 1
+        self.bins[i if i < self._last else self._last] += weight
         self.total += weight
         self.sum += x * weight
         if x > self.max:
@@ -51,7 +57,8 @@ class StreamingHistogram:
         pos = xs > self.lo
         idx[~pos] = 0
         idx[pos] = (np.log(xs[pos]) - self._log_lo) * self._scale + 1
-        np.add.at(self.counts, np.minimum(idx, len(self.counts) - 1), 1.0)
+        added = np.bincount(np.minimum(idx, self._last), minlength=len(self.bins))
+        self.bins = [c + float(a) for c, a in zip(self.bins, added)]
         self.total += xs.size
         self.sum += float(xs.sum())
         self.max = max(self.max, float(xs.max()))
@@ -72,7 +79,7 @@ class StreamingHistogram:
         target = q * self.total
         cum = np.cumsum(self.counts)
         i = int(np.searchsorted(cum, target, side="left"))
-        return self._value(min(i, len(self.counts) - 1))
+        return self._value(min(i, self._last))
 
     @property
     def mean(self) -> float:
@@ -80,15 +87,16 @@ class StreamingHistogram:
 
     def cdf_points(self) -> tuple[np.ndarray, np.ndarray]:
         """(values, cumulative fraction) over the non-empty buckets, for CDF plots."""
-        nz = np.nonzero(self.counts)[0]
+        counts = self.counts
+        nz = np.nonzero(counts)[0]
         values = np.array([self._value(int(i)) for i in nz])
-        cum = np.cumsum(self.counts[nz]) / self.total if self.total else np.array([])
+        cum = np.cumsum(counts[nz]) / self.total if self.total else np.array([])
         return values, cum
 
     def merge(self, other: StreamingHistogram) -> None:
-        if len(other.counts) != len(self.counts) or other.lo != self.lo:
+        if len(other.bins) != len(self.bins) or other.lo != self.lo:
             raise ValueError("can only merge histograms with the same buckets")
-        self.counts += other.counts
+        self.bins = [a + b for a, b in zip(self.bins, other.bins)]
         self.total += other.total
         self.sum += other.sum
         self.max = max(self.max, other.max)

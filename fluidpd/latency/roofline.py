@@ -46,7 +46,7 @@ class RooflineModel:
         self._set_comm_costs(act_b, pp_link_bw)
         self._overhead = c.step_overhead_s
         self._pp_loss = 1.0 + c.pp_stage_loss * (self.pp - 1)
-        self._hidden = c.overlap
+        self._exposed = 1.0 - c.overlap  # share of a group's shorter bound left exposed
 
     def _set_compute_costs(self, act_b: int) -> None:
         """Seconds per token, LM-head row, weight read, activation, attention pair and KV token on one rank."""
@@ -89,31 +89,32 @@ class RooflineModel:
             self._pp_tok = self._pp_fixed = 0.0
 
     # --- step times ---------------------------------------------------------------------
-    def _full(self, s: StepShape) -> tuple[float, int]:
-        """Per-rank time of all layers (no overhead, no PP sends) and the token count."""
-        tok = s.prefill_tokens + s.decode_tokens
+    def _layers(self, s: StepShape, tok: int) -> float:
+        """Per-rank time of all layers for a step of `tok` tokens (no overhead, no PP sends)."""
         dense_c = tok * self._t_tok + (s.prefill_seqs + s.decode_tokens) * self._t_row
         dense_m = self._t_w + tok * self._t_act
         attn_c = (s.prefill_attn_pairs + s.decode_ctx) * self._t_pair
         attn_m = (s.prefill_kv_read + s.decode_ctx + tok) * self._t_kv
-        k = 1.0 - self._hidden
+        k = self._exposed
         dense = dense_c + k * dense_m if dense_c > dense_m else dense_m + k * dense_c
         attn = attn_c + k * attn_m if attn_c > attn_m else attn_m + k * attn_c
         t = dense + attn
-        return t + tok * self._ar_tok + self._ar_fixed, tok
+        return t + tok * self._ar_tok + self._ar_fixed
 
     def step_time(self, shape: StepShape) -> float:
         """Latency of the step through all pipeline stages, in seconds (0 for an empty step)."""
-        t, tok = self._full(shape)
+        tok = shape.prefill_tokens + shape.decode_tokens
         if tok == 0:
             return 0.0
+        t = self._layers(shape, tok)
         return t * self._pp_loss + (self.pp - 1) * (tok * self._pp_tok + self._pp_fixed) + self._overhead
 
     def stage_time(self, shape: StepShape) -> float:
         """Time of the slowest pipeline stage: the throughput-limiting step interval."""
-        t, tok = self._full(shape)
+        tok = shape.prefill_tokens + shape.decode_tokens
         if tok == 0:
             return 0.0
+        t = self._layers(shape, tok)
         return t * self._pp_loss / self.pp + tok * self._pp_tok + self._pp_fixed + self._overhead
 
     def prefill_time(self, n_tokens: int, prior: int = 0) -> float:

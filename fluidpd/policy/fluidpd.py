@@ -26,6 +26,8 @@ decode worker (and, unless the decode pool is short of KV, one prefill worker) a
 
 from __future__ import annotations
 
+from collections import Counter
+
 from fluidpd.policy import fluidrole, routing, stepplan
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.costs import CostModel
@@ -151,24 +153,25 @@ class FluidPD(StaticPD):
         return now - since >= self.fluid.tau_persist_s
 
     def _can_move(self, view: ClusterView):
+        """Whether a worker may switch roles now (the cluster is read once: nothing changes while
+        the switch is chosen)."""
+        serving = Counter(x.role for x in view.workers if x.routable)
+        floor = DecodeFloor(view, self.fluid.decode_kv_share)
+
         def eligible(w) -> bool:
-            same = sum(1 for x in view.workers if x.role is w.role and x.routable)
             last_may_go = w.role is Role.PREFILL and self.use_token and self.kv_short
-            if (same < 2 and not last_may_go) or view.now - w.role_since < self.fluid.tau_residence_s:
+            if (serving[w.role] < 2 and not last_may_go) or view.now - w.role_since < self.fluid.tau_residence_s:
                 return False
-            return w.role is not Role.DECODE or self._decode_floor_holds(view, w)
+            return w.role is not Role.DECODE or self._decode_floor_holds(floor, w)
 
         return eligible
 
-    def _decode_floor_holds(self, view: ClusterView, leaving) -> bool:
+    def _decode_floor_holds(self, floor: DecodeFloor, leaving) -> bool:
         """The decode pool without `leaving` still holds the KV decode needs (what is in use and
         promised to hand-offs) within `decode_kv_share` of its KV, and stays below theta_D_high."""
-        pool = [x for x in view.workers if x.role is Role.DECODE and x.routable]
-        rest = [x for x in pool if x.id != leaving.id]
-        demand = sum(x.kv_blocks_used + x.pull_blocks_pending for x in pool)
-        room = self.fluid.decode_kv_share * sum(x.kv_blocks_total for x in rest)
-        dpi = self.pressure.dpi * len(pool) / max(len(rest), 1)
-        return bool(rest) and demand <= room and dpi < self.fluid.theta_d_high
+        rest, room = floor.without(leaving)
+        dpi = self.pressure.dpi * len(floor.pool) / max(rest, 1)
+        return rest > 0 and floor.demand <= room and dpi < self.fluid.theta_d_high
 
     def _start(self, view: ClusterView, wid: int | None, role: Role, reason: str = "auto") -> list:
         if wid is None:
@@ -218,6 +221,22 @@ class FluidPD(StaticPD):
         """Admin action: switch `wid` to `role` at the next cycle (ValueError if it cannot)."""
         fluidrole.check_switch(view, wid, role, {w for w, _ in self.switching()})
         self.forced.append((wid, role))
+
+
+class DecodeFloor:
+    """The routable decode pool's KV demand (in use and promised to hand-offs) and size."""
+
+    def __init__(self, view: ClusterView, share: float):
+        self.pool = {x.id: x for x in view.workers if x.role is Role.DECODE and x.routable}
+        self.demand = sum(x.kv_blocks_used + x.pull_blocks_pending for x in self.pool.values())
+        self.blocks = sum(x.kv_blocks_total for x in self.pool.values())
+        self.share = share
+
+    def without(self, leaving) -> tuple[int, float]:
+        """Workers left without `leaving`, and `share` of their KV blocks."""
+        if leaving.id not in self.pool:
+            return len(self.pool), self.share * self.blocks
+        return len(self.pool) - 1, self.share * (self.blocks - self.pool[leaving.id].kv_blocks_total)
 
 
 def kv_bound(view: ClusterView, headroom: float | None = None) -> bool:

@@ -37,6 +37,7 @@ from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView, blocks_
 
 EWMA = 0.2
 SCALE_GAIN, MIN_SCALE, MAX_SCALE = 0.5, 0.25, 20.0
+MAX_BATCH_CHECKED = 1024  # decodes in a step up to which `has_slack` may skip the chunk search
 
 
 @dataclass(slots=True)
@@ -75,6 +76,7 @@ class FluidToken:
         attn_pair_s: float | None = None,
     ):
         self.chunk_time = chunk_time
+        self._g: dict[int, float] = {}  # chunk_time by token count (memoized: the searches repeat them)
         # one query-key pair of attention; without a measured figure, the fit's quadratic term
         # (a chunk's causal self-attention: c^2 / 2 pairs) gives it
         quad = chunk_time.coeffs[-3] if len(chunk_time.coeffs) >= 3 else 0.0
@@ -89,6 +91,15 @@ class FluidToken:
         self.decode_ref_s = decode_ref_s  # the decode step time the cost model was fitted next to
         self.borrowed = 0
         self.spread = 0
+        self._g_rises_upto = self._rising_prefix(self.config.max_chunk + MAX_BATCH_CHECKED)
+
+    def _rising_prefix(self, limit: int) -> int:
+        """The largest n <= `limit` with g non-decreasing over 0..n, as evaluated."""
+        g = self._chunk_time
+        for n in range(limit):
+            if g(n + 1) < g(n):
+                return n
+        return limit
 
     def tracker(self, wid: int) -> JitterTracker:
         t = self.jitter.get(wid)
@@ -138,11 +149,18 @@ class FluidToken:
         t = self.t_iter_s.get(w.id)
         return max(1.0, t / self.decode_ref_s) if t and self.decode_ref_s else 1.0
 
+    def _chunk_time(self, n: int) -> float:
+        """g(n), memoized (n is a token count: at most max_chunk plus a batch)."""
+        t = self._g.get(n)
+        if t is None:
+            t = self._g[n] = self.chunk_time(n)
+        return t
+
     def _cost(self, batch: int, tokens: int, pairs: int, scale: float) -> float:
         """`tokens` prompt tokens attending to `pairs` earlier ones, fused into a B-decode step."""
         if not tokens:
             return 0.0
-        g = self.chunk_time
+        g = self._chunk_time
         return scale * (g(batch + tokens) - g(batch) + self.attn_pair_s * pairs)
 
     def chunk_cost(self, batch: int, prior: int, c: int, scale: float = 1.0) -> float:
@@ -158,21 +176,36 @@ class FluidToken:
         budget = self.slack(w) / self.cost_scale(w)
         if budget <= 0:
             return 0
-        b = w.num_decoding
+        fits = self._fits(w.num_decoding, prior, budget)
         lo, hi = 0, self.config.max_chunk  # invariant: cost(lo) <= budget
-        if self.chunk_cost(b, prior, hi) <= budget:
+        if fits(hi):
             lo = hi
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self.chunk_cost(b, prior, mid) <= budget:
+            if fits(mid):
                 lo = mid
             else:
                 hi = mid
         return lo if lo >= self.config.min_chunk else 0
 
+    def _fits(self, b: int, prior: int, budget: float):
+        """c -> chunk_cost(b, prior, c) <= budget, with g(b) evaluated once."""
+        g, g_b, pair_s = self._chunk_time, self._chunk_time(b), self.attn_pair_s
+        return lambda c: g(b + c) - g_b + pair_s * (c * prior) <= budget
+
+    def has_slack(self, w: WorkerView, slack_s: float) -> bool:
+        """chunk_tokens(w) > 0, given `slack_s` = slack(w). Where g is non-decreasing over the search,
+        so is a chunk's cost in c: some chunk fits iff the smallest one worth borrowing does (one
+        evaluation, no search)."""
+        b, c = w.num_decoding, self.config
+        if b + c.max_chunk > self._g_rises_upto:
+            return self.chunk_tokens(w) > 0
+        budget = slack_s / self.cost_scale(w)
+        return budget > 0 and self._fits(b, 0, budget)(c.min_chunk)
+
     def plan(self, w: WorkerView, max_num_seqs: int) -> StepPlan:
         """A decode worker's step: every decode, plus borrowed prefill chunks within C_chunk."""
-        plan = StepPlan(decode=w.num_decoding > 0)
+        plan = StepPlan([], w.num_decoding > 0)
         if w.queue:
             if not plan.decode:  # nothing decodes yet, but a hand-off may land any moment: keep
                 # the step within what a decode step's slack would allow, so its first gap stays bounded
@@ -193,27 +226,27 @@ class FluidToken:
         donors = [w for w in view.workers if w.role is Role.PREFILL and w.queue]
         if not donors:
             return []
-        owner: dict[int, int] = {}
-        for w in donors:  # a few unstarted requests from the head of each queue
-            for r in _unstarted_head(w, 8):
-                owner[r.id] = w.id
-        waiting = sorted((r for w in donors for r in _unstarted_head(w, 8)), key=lambda r: (r.arrival_s, r.id))
+        heads = {w.id: _unstarted_head(w, 8) for w in donors}  # a few unstarted requests from each queue's head
+        owner = {r.id: wid for wid, reqs in heads.items() for r in reqs}
+        waiting = sorted((r for reqs in heads.values() for r in reqs), key=lambda r: (r.arrival_s, r.id))
         cap = self.config.borrowed_per_worker
         self._reserve = handoff_reserve(view)
-        free = [
-            w
-            for w in view.workers
-            if w.role is Role.DECODE and w.routable and len(w.queue) < cap and self.chunk_tokens(w)
-        ]
+        free, slack = [], {}  # nothing changes while borrowing plans: each worker's slack is read once
+        for w in view.workers:
+            if w.role is Role.DECODE and w.routable and len(w.queue) < cap:
+                slack[w.id] = self.slack(w)
+                if self.has_slack(w, slack[w.id]):
+                    free.append(w)
+        room = {w.id: self._room(w) for w in free}
         actions: list = []
         for req in waiting:
             if not free:
                 break
-            home = self._home(req, free)
+            home = self._home(req, free, room, slack)
             if home is None:
                 continue
             free.remove(home)
-            helpers = self._helpers(req, free)
+            helpers = self._helpers(req, free, room)
             if helpers:
                 for h in helpers:
                     free.remove(h)
@@ -229,28 +262,28 @@ class FluidToken:
             w.free_blocks - w.pull_blocks_pending - min(self._reserve, int(self.config.kv_headroom * w.kv_blocks_total))
         )
 
-    def _home(self, req: Request, free: list) -> WorkerView | None:
+    def _home(self, req: Request, free: list, room: dict[int, int], slack: dict[int, float]) -> WorkerView | None:
         """The worker with the most room that can hold the whole request and whose slack would
-        still fit the prompt's last chunk (so a borrowed prompt cannot stall behind the decodes)."""
+        still fit the prompt's last chunk (so a borrowed prompt cannot stall behind the decodes);
+        `room` and `slack` by worker id."""
         step = self.config.min_chunk
         need = blocks_for(req.prompt_len + req.output_len, free[0].block_size)
         fits = [
             w
             for w in free
-            if self._room(w) >= need
-            and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step, self.cost_scale(w))
-            <= self.slack(w)
+            if room[w.id] >= need
+            and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step, self.cost_scale(w)) <= slack[w.id]
         ]
-        return max(fits, key=lambda w: (self._room(w), -w.id)) if fits else None
+        return max(fits, key=lambda w: (room[w.id], -w.id)) if fits else None
 
-    def _helpers(self, req: Request, free: list) -> list:
-        """Decode workers that take the other pieces of a long prompt."""
+    def _helpers(self, req: Request, free: list, room: dict[int, int]) -> list:
+        """Decode workers that take the other pieces of a long prompt (`room` by worker id)."""
         c = self.config
         if req.prompt_len < c.split_min_tokens or c.max_split < 2 or req.prefill_target != req.prompt_len:
             return []
         piece = -(-req.prompt_len // c.max_split)
-        ok = [w for w in free if self._room(w) >= blocks_for(piece, w.block_size)]
-        return sorted(ok, key=lambda w: (-self._room(w), w.id))[: c.max_split - 1]
+        ok = [w for w in free if room[w.id] >= blocks_for(piece, w.block_size)]
+        return sorted(ok, key=lambda w: (-room[w.id], w.id))[: c.max_split - 1]
 
 
 def handoff_reserve(view: ClusterView) -> int:

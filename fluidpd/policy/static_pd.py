@@ -40,8 +40,8 @@ class StaticPD(Policy):
         return self.config.chunk_budget, True  # FluidToken's chunks on a decode worker
 
     def plan_step(self, worker, view):
-        c = self.config
         if worker.role is Role.PREFILL:
+            c = self.config
             return stepplan.prefill_only(worker, c.prefill_batch_tokens, c.max_num_seqs)
         return stepplan.decode_only(worker)
 

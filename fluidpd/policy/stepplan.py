@@ -1,7 +1,9 @@
 """The shared step planner: which prefill chunks and decode tokens run together in one step.
 
 Every world (simulator, runtime) asks these functions for the content of a worker's next
-step, so a policy plans identically whether its steps are priced or executed.
+step, so a policy plans identically whether its steps are priced or executed. A simulator asks
+once per simulated step: plans are built with positional arguments (StepPlan(chunks, decode)),
+which Python calls markedly faster than keywords.
 """
 
 from __future__ import annotations
@@ -73,21 +75,21 @@ def prefill_first(w: WorkerView, max_tokens: int, max_num_seqs: int) -> StepPlan
     """vLLM-style colocated step: waiting prompts first (alone), otherwise every decode."""
     chunks = whole_prompts(w, max_tokens, max_num_seqs)
     if chunks:
-        return StepPlan(chunks=chunks)
-    return StepPlan(decode=w.num_decoding > 0)
+        return StepPlan(chunks)
+    return StepPlan([], w.num_decoding > 0)
 
 
 def decodes_then_chunks(w: WorkerView, budget: int, max_num_seqs: int) -> StepPlan:
     """Sarathi-Serve / vLLM v1 step: every decode, then prefill chunks in the remaining budget."""
     chunks = chunks_within(w, budget - w.num_decoding, max_num_seqs)
-    return StepPlan(chunks=chunks, decode=w.num_decoding > 0)
+    return StepPlan(chunks, w.num_decoding > 0)
 
 
 def prefill_only(w: WorkerView, max_tokens: int, max_num_seqs: int) -> StepPlan:
     """A prefill instance's step: an L_m-token batch of whole prompts."""
-    return StepPlan(chunks=whole_prompts(w, max_tokens, max_num_seqs))
+    return StepPlan(whole_prompts(w, max_tokens, max_num_seqs))
 
 
 def decode_only(w: WorkerView) -> StepPlan:
     """A decode instance's step: one token for every decoding request."""
-    return StepPlan(decode=w.num_decoding > 0)
+    return StepPlan([], w.num_decoding > 0)

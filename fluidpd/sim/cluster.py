@@ -155,7 +155,8 @@ class SimCluster(World):
         elif self._jitter_sigma:
             duration *= float(self.rng.lognormal(-0.5 * self._jitter_sigma**2, self._jitter_sigma))
         duration += c.dispatch_decode_s if decode_only else c.dispatch_prefill_s
-        duration += self._copy_wait(w)  # KV copies queued on the worker before this step
+        if self._copying_until[w.id] > self.loop.now:  # KV copies queued on the worker before this step
+            duration += self._copy_wait(w)
         if self._contended:
             self._runs.append(_Run(w, plan, decode_only, duration, self.loop.now, self.loop.now))
             self._rerate()

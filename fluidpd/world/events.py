@@ -36,7 +36,7 @@ class EventLoop:
         if time < self.now:
             raise ValueError(f"event at {time} is in the past (now {self.now})")
         self._seq += 1
-        heapq.heappush(self._heap, (time, int(kind), self._seq, fn, arg))
+        heapq.heappush(self._heap, (time, kind, self._seq, fn, arg))
 
     def quiet(self) -> bool:
         """True when nothing else is due at this instant."""

@@ -265,14 +265,15 @@ class WorkerState:
             on_gap(gap, continuing)
             if gap > slo_tbt_s:
                 self.over_cum += 1
-        mark = (self.decode_steps, self.over_cum)
-        for req in joiners:
-            gap = now - req.last_token_s
-            on_gap(gap, 1, req.moved)
-            req.moved = False
-            req.add_gap(gap, slo_tbt_s)
-            self.marks[req.id] = (*mark, self.marks[req.id][2])
-        self.joiners = []
+        if joiners:
+            mark = (self.decode_steps, self.over_cum)
+            for req in joiners:
+                gap = now - req.last_token_s
+                on_gap(gap, 1, req.moved)
+                req.moved = False
+                req.add_gap(gap, slo_tbt_s)
+                self.marks[req.id] = (*mark, self.marks[req.id][2])
+            self.joiners = []
         self.last_decode_end = now
         done = []
         for req in self.decoding.values():
