@@ -85,6 +85,8 @@ def _record(data: str, now: float, res: BenchResult, text: list[str] | None = No
         if piece and text is not None:
             text.append(piece)
         ids = choice.get("token_ids")
+        if ids:
+            res.output_ids.extend(ids)
         n = len(ids) if ids is not None else (1 if piece else 0)
         res.token_s.extend([now] * n)
         if choice.get("finish_reason"):

@@ -126,7 +126,7 @@ async def run_sessions(cfg: BenchConfig, replay: SessionReplayConfig) -> Session
                 res.error = f"not finished within {cfg.drain_timeout_s:g} s"
             if res.usage_prompt_tokens:
                 res.prompt_len = res.usage_prompt_tokens
-            return TurnResult(turn.session, turn.turn, res, answer)
+            return TurnResult(turn.session, turn.turn, res, answer, messages)
 
         results = await replay_sessions(plan, send, progress=cfg.progress)
     row = session_summary(results, cfg.slo, info.get("policy") or "server")
