@@ -117,6 +117,8 @@ def real_run(workers: int, groups: int, args) -> dict:
         "prefill_batch_tokens": logged_lm(log_path),
         "num_kv_blocks": int(cmd[cmd.index("--num-kv-blocks") + 1]),
         "world_view": [w["prefix_cache"] for w in after["workers"]],
+        "roles_after": [w["role"] for w in after["workers"]],
+        "transitions": [t["to"] for t in after.get("transitions", [])],
         "results": report.results,
     }
 
@@ -251,6 +253,8 @@ def evaluate(run: dict, encode, args) -> dict:
         "sim_turn2_hit_rate": rate(sim[i] for i in later),
         "world_view_hit_rate": rate((w["hits"], w["queries"]) for w in view),
         "oracle_hit_rate": result.summary.get("prefix_cache_oracle_hit_rate", math.nan),
+        "real_transitions": run.get("transitions"),  # FluidRole switches (to role), where the run saved them
+        "sim_transitions": [t.dst_role.value for t in getattr(result.cluster.policy, "transitions", [])],
         "sim_completed": len(by_id),
         "sim_preemptions": result.summary["preemptions"],
         "turns_differing": differ,
@@ -334,6 +338,8 @@ def report(rows: list[dict], args) -> None:
         )
         if r["prompt_mismatches"]:
             print(f"    prompt ids rebuilt != the server's usage.prompt_tokens: {r['prompt_mismatches'][:5]}")
+        if r["workers"] > 1:
+            print(f"    FluidRole switches: real {r['real_transitions']}, sim {r['sim_transitions']}")
         if r["history_breaks"]:
             print(f"    {len(r['history_breaks'])} turns whose prompt does not extend the previous prompt + answer")
         for d in r["turns_differing"][:8]:
