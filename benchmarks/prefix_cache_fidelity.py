@@ -37,7 +37,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from prefix_cache import free_port, serve_cmd
+from prefix_cache import free_port, serve_cmd, trace_of
 from runtime_azure_code import stop_server, wait_healthy
 
 from fluidpd.bench.loadgen.closed_loop import TurnResult
@@ -54,7 +54,6 @@ from fluidpd.sim.config import SimConfig
 from fluidpd.sim.run import Setup, prefill_saturation_tokens, run_cluster
 from fluidpd.specs.hardware import get_hardware
 from fluidpd.specs.models import get_model
-from fluidpd.workload.sessions import chat_sessions
 
 BLOCK = 16  # the engine's KV block size, and the simulator's
 PREFILL_KV_FRACTION = 0.5  # RuntimeConfig's default: a prefill worker's arena share kept for KV
@@ -69,19 +68,6 @@ def logged_lm(log_path: str) -> int | None:
     """The L_m the server profiled at start (its log), if it says."""
     m = re.search(r"L_m = (\d+) tokens", Path(log_path).read_text(errors="replace"))
     return int(m.group(1)) if m else None
-
-
-def trace_of(args, groups: int):
-    return chat_sessions(
-        args.sessions,
-        args.turns,
-        args.system_tokens,
-        args.new_tokens,
-        args.output_tokens,
-        args.think_time,
-        groups=groups,
-        seed=args.seed,
-    )
 
 
 def real_run(workers: int, groups: int, args) -> dict:
