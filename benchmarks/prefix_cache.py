@@ -79,20 +79,26 @@ def run_one(workers: int, cache: bool, args, flag_ok: bool) -> dict:
         proc = subprocess.Popen(serve_cmd(workers, cache, port, args, flag_ok), stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_healthy(url, proc)
-            trace = chat_sessions(
-                args.sessions,
-                args.turns,
-                args.system_tokens,
-                args.new_tokens,
-                args.output_tokens,
-                args.think_time,
-                seed=args.seed,
-            )
+            trace = trace_of(args)
             cfg = BenchConfig(url=url, trace=trace, slo=Slo(args.ttft_slo, args.tbt_slo), seed=args.seed)
             report = asyncio.run(run_sessions(cfg, SessionReplayConfig(n_sessions=args.sessions)))
         finally:
             stop_server(proc)
     return {"workers": workers, "cache": cache, "report": report}
+
+
+def trace_of(args, groups: int = 1):
+    """The chat sessions the arguments describe (`groups` distinct system prompts)."""
+    return chat_sessions(
+        args.sessions,
+        args.turns,
+        args.system_tokens,
+        args.new_tokens,
+        args.output_tokens,
+        args.think_time,
+        groups=groups,
+        seed=args.seed,
+    )
 
 
 def transcripts(run: dict) -> dict[int, list[str | None]]:

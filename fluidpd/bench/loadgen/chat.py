@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-
-from fluidpd.bench.loadgen.client import _message, _record
+from fluidpd.bench.loadgen.client import stream_into
 from fluidpd.bench.loadgen.requests import BenchResult
 
 
@@ -34,24 +31,5 @@ async def send_chat(
     if ignore_eos:
         body["ignore_eos"] = True
     text: list[str] = []
-    res.send_s = time.perf_counter() - t0
-    try:
-        async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as resp:
-            if resp.status_code != 200:
-                err = (await resp.aread()).decode(errors="replace")
-                res.error = f"HTTP {resp.status_code}: {_message(err)}"
-                return ""
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]" or not _record(data, time.perf_counter() - t0, res, text):
-                    break
-    except asyncio.CancelledError:
-        res.error = res.error or "cancelled"
-        raise
-    except Exception as exc:  # noqa: BLE001 - every failure is a miss, reported
-        res.error = f"{type(exc).__name__}: {exc}"
-    if res.error is None and res.finish_reason is None:
-        res.error = "stream ended without a finish_reason"
+    await stream_into(client, f"{base}/v1/chat/completions", body, t0, res, "cancelled", text)
     return "".join(text)

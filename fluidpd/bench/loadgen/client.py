@@ -49,26 +49,42 @@ async def send_one(
         "stream_options": {"include_usage": True},
         "return_token_ids": True,
     }
+    await stream_into(client, f"{base}/v1/completions", body, t0, res, "not finished before the drain timeout")
+
+
+async def stream_into(
+    client, url: str, body: dict, t0: float, res: BenchResult, cancelled: str, text: list[str] | None = None
+) -> None:
+    """POST one streamed request; its chunks fill `res` (times relative to t0; the text into `text`).
+    Every failure is recorded in `res`, a cancellation as `cancelled`."""
     res.send_s = time.perf_counter() - t0
     try:
-        async with client.stream("POST", f"{base}/v1/completions", json=body) as resp:
+        async with client.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
-                text = (await resp.aread()).decode(errors="replace")
-                res.error = f"HTTP {resp.status_code}: {_message(text)}"
+                err = (await resp.aread()).decode(errors="replace")
+                res.error = f"HTTP {resp.status_code}: {_message(err)}"
                 return
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
-                if data == "[DONE]" or not _record(data, time.perf_counter() - t0, res):
+                if data == "[DONE]" or not _record(data, time.perf_counter() - t0, res, text):
                     break
     except asyncio.CancelledError:
-        res.error = res.error or "not finished before the drain timeout"
+        res.error = res.error or cancelled
         raise
     except Exception as exc:  # noqa: BLE001 - every failure is a miss, reported
         res.error = f"{type(exc).__name__}: {exc}"
     if res.error is None and res.finish_reason is None:
         res.error = "stream ended without a finish_reason"
+
+
+def http_client():
+    """The load generator's HTTP client: unbounded connections, no read timeout (a drain timeout bounds a run)."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None, connect=30.0), trust_env=False)
 
 
 def _record(data: str, now: float, res: BenchResult, text: list[str] | None = None) -> bool:
@@ -85,6 +101,8 @@ def _record(data: str, now: float, res: BenchResult, text: list[str] | None = No
         if piece and text is not None:
             text.append(piece)
         ids = choice.get("token_ids")
+        if ids:
+            res.output_ids.extend(ids)
         n = len(ids) if ids is not None else (1 if piece else 0)
         res.token_s.extend([now] * n)
         if choice.get("finish_reason"):

@@ -41,6 +41,7 @@ class TurnResult:
     turn: int
     result: BenchResult
     answer: str = ""
+    messages: list[dict[str, str]] | None = None  # what was sent: the conversation so far
 
 
 Send = Callable[[Turn, list[dict[str, str]]], Awaitable[TurnResult]]

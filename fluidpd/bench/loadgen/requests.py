@@ -33,6 +33,7 @@ class BenchResult:
     error: str | None = None
     usage_prompt_tokens: int | None = None  # the server's usage.prompt_tokens, when it reports usage
     cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens (absent: 0)
+    output_ids: list[int] = field(default_factory=list)  # the tokens' ids, where the chunks carry them
 
     @property
     def ok(self) -> bool:

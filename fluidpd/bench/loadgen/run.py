@@ -9,7 +9,7 @@ import numpy as np
 
 from fluidpd.bench.corpus import load_corpus
 from fluidpd.bench.loadgen.aggregate import error_counts, summarize
-from fluidpd.bench.loadgen.client import server_info, tokenize
+from fluidpd.bench.loadgen.client import http_client, server_info, tokenize
 from fluidpd.bench.loadgen.replay import replay
 from fluidpd.bench.loadgen.requests import BenchResult, plan_requests
 from fluidpd.bench.loadgen.target import check_loopback
@@ -51,12 +51,8 @@ class BenchConfig:
 
 async def run_bench(cfg: BenchConfig) -> tuple[dict, list[BenchResult]]:
     """Replay cfg.trace against cfg.url; (row, per-request results)."""
-    import httpx
-
     base = check_loopback(cfg.url)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-    timeout = httpx.Timeout(None, connect=30.0)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+    async with http_client() as client:
         info = await server_info(client, base)
         model = cfg.model or info["model"]
         ids, mml = await _corpus_ids(client, base, model, cfg.tokenizer)

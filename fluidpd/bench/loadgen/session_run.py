@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from fluidpd.bench.corpus import load_corpus
 from fluidpd.bench.loadgen.aggregate import error_counts
 from fluidpd.bench.loadgen.chat import send_chat
-from fluidpd.bench.loadgen.client import server_info
+from fluidpd.bench.loadgen.client import http_client, server_info
 from fluidpd.bench.loadgen.closed_loop import TurnResult, replay_sessions
 from fluidpd.bench.loadgen.requests import BenchResult
 from fluidpd.bench.loadgen.run import BenchConfig
@@ -85,12 +85,8 @@ def turn_record(t: TurnResult) -> dict:
 
 async def run_sessions(cfg: BenchConfig, replay: SessionReplayConfig) -> SessionReport:
     """Replay cfg.trace's sessions (closed loop, chat completions) against cfg.url."""
-    import httpx
-
     base = check_loopback(cfg.url)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-    timeout = httpx.Timeout(None, connect=30.0)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+    async with http_client() as client:
         info = await server_info(client, base)
         model = cfg.model or info["model"]
         max_len = cfg.max_model_len or info.get("max_model_len")
@@ -126,7 +122,7 @@ async def run_sessions(cfg: BenchConfig, replay: SessionReplayConfig) -> Session
                 res.error = f"not finished within {cfg.drain_timeout_s:g} s"
             if res.usage_prompt_tokens:
                 res.prompt_len = res.usage_prompt_tokens
-            return TurnResult(turn.session, turn.turn, res, answer)
+            return TurnResult(turn.session, turn.turn, res, answer, messages)
 
         results = await replay_sessions(plan, send, progress=cfg.progress)
     row = session_summary(results, cfg.slo, info.get("policy") or "server")
