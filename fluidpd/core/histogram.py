@@ -49,6 +49,20 @@ class StreamingHistogram:
         if x > self.max:
             self.max = x
 
+    def add_seq(self, xs: list[float], weights: list[float]) -> None:
+        """`add` each (x, weight) pair in order, without a call per sample: the same result,
+        float for float (the sum is accumulated in the same order)."""
+        log, log_lo, scale, lo, last, bins = math.log, self._log_lo, self._scale, self.lo, self._last, self.bins
+        total, total_x, top = self.total, self.sum, self.max
+        for x, w in zip(xs, weights):
+            i = 0 if x <= lo else int((log(x) - log_lo) * scale) + 1
+            bins[i if i < last else last] += w
+            total += w
+            total_x += x * w
+            if x > top:
+                top = x
+        self.total, self.sum, self.max = total, total_x, top
+
     def add_many(self, xs: np.ndarray) -> None:
         xs = np.asarray(xs, dtype=np.float64)
         if xs.size == 0:
