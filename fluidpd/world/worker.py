@@ -306,9 +306,11 @@ class WorkerState:
                 self.marks[req.id] = (*mark, self.marks[req.id][2])
             self.joiners = []
         self.last_decode_end = now
-        finishing = self.finishing.pop(self.decode_steps, {})
+        finishing = self.finishing.pop(self.decode_steps, None)
         if stopped:  # in batch order, like the requests that reached their length
-            done = [r for r in self.decoding.values() if r.id in finishing or r.id in stopped]
+            done = [r for r in self.decoding.values() if r.id in stopped or (finishing and r.id in finishing)]
+        elif finishing is None:
+            done = []
         else:
             done = list(finishing.values())
         for req in done:
