@@ -63,13 +63,14 @@ class MetricsCollector:
 
     def _fold_gaps(self) -> None:
         gaps, weights, handoffs = self._gaps, self._weights, self._handoffs
-        self._tbt.add_seq(gaps, weights)
+        buckets = self._tbt.buckets(gaps)  # both histograms have the same buckets
+        self._tbt.add_seq(gaps, weights, buckets)
         if handoffs:
             skip = set(handoffs)
             keep = [i for i in range(len(gaps)) if i not in skip]
-            self._tbt_decode.add_seq([gaps[i] for i in keep], [weights[i] for i in keep])
+            self._tbt_decode.add_seq([gaps[i] for i in keep], [weights[i] for i in keep], [buckets[i] for i in keep])
         else:
-            self._tbt_decode.add_seq(gaps, weights)
+            self._tbt_decode.add_seq(gaps, weights, buckets)
         self._gaps, self._weights, self._handoffs = [], [], []
 
     @property

@@ -54,7 +54,7 @@ def test_add_seq_and_buffered_gaps_equal_add_float_for_float():
     from fluidpd.core.metrics import GAP_BUFFER, MetricsCollector, Slo
 
     rng = np.random.default_rng(1)
-    xs = [float(x) for x in rng.lognormal(-3.5, 0.9, size=3 * GAP_BUFFER)]
+    xs = [float(x) for x in rng.lognormal(-3.5, 0.9, size=3 * GAP_BUFFER)] + [1e-9, 2e5]  # under lo, over hi
     ws = [int(w) for w in rng.integers(1, 64, size=len(xs))]
     one, seq = StreamingHistogram(), StreamingHistogram()
     for x, w in zip(xs, ws):
