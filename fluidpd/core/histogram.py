@@ -49,6 +49,26 @@ class StreamingHistogram:
         if x > self.max:
             self.max = x
 
+    def buckets(self, xs: list[float]) -> list[int]:
+        """The bucket of each of `xs` as `add` finds it, before the clamp to the last one (the same
+        for any histogram with these `lo`, `hi`, `rel_err`)."""
+        log, log_lo, scale, lo = math.log, self._log_lo, self._scale, self.lo
+        return [0 if x <= lo else int((log(x) - log_lo) * scale) + 1 for x in xs]
+
+    def add_seq(self, xs: list[float], weights: list[float], buckets: list[int] | None = None) -> None:
+        """`add` each (x, weight) pair in order, without a call per sample: the same result,
+        float for float (the sum is accumulated in the same order). `buckets`: `buckets(xs)`."""
+        if buckets is None:
+            buckets = self.buckets(xs)
+        bins, last, total, total_x, top = self.bins, self._last, self.total, self.sum, self.max
+        for i, x, w in zip(buckets, xs, weights):
+            bins[i if i < last else last] += w
+            total += w
+            total_x += x * w
+            if x > top:
+                top = x
+        self.total, self.sum, self.max = total, total_x, top
+
     def add_many(self, xs: np.ndarray) -> None:
         xs = np.asarray(xs, dtype=np.float64)
         if xs.size == 0:

@@ -11,6 +11,8 @@ import numpy as np
 from fluidpd.core.histogram import StreamingHistogram
 from fluidpd.core.request import Request
 
+GAP_BUFFER = 4096  # inter-token gaps buffered before the histograms take them
+
 
 @dataclass(frozen=True, slots=True)
 class Slo:
@@ -38,17 +40,52 @@ class MetricsCollector:
     output_tokens: int = 0
     first_arrival_s: float = math.inf
     last_finish_s: float = 0.0
-    tbt: StreamingHistogram = field(default_factory=StreamingHistogram)
-    tbt_decode: StreamingHistogram = field(default_factory=StreamingHistogram)  # no hand-off gaps
     finished: list | None = None  # keep finished Request objects (tests, small runs)
+    # inter-token gaps (all; and without hand-off gaps), fed in order from a buffer of the recent ones
+    _tbt: StreamingHistogram = field(default_factory=StreamingHistogram, init=False, repr=False)
+    _tbt_decode: StreamingHistogram = field(default_factory=StreamingHistogram, init=False, repr=False)
+    _gaps: list[float] = field(default_factory=list, init=False, repr=False)
+    _weights: list[float] = field(default_factory=list, init=False, repr=False)
+    _handoffs: list[int] = field(default_factory=list, init=False, repr=False)  # their buffer indexes
 
     def on_gap(self, gap_s: float, weight: float = 1.0, handoff: bool = False) -> None:
         """`weight` requests each saw an inter-token gap of `gap_s`; a hand-off gap spans a KV
-        move between workers (prefill -> decode or a migration)."""
+        move between workers (prefill -> decode or a migration). Buffered (the simulator reports
+        a gap every step); the histograms take the samples in order when read or every GAP_BUFFER."""
         if weight > 0:
-            self.tbt.add(gap_s, weight)
-            if not handoff:
-                self.tbt_decode.add(gap_s, weight)
+            gaps = self._gaps
+            if handoff:
+                self._handoffs.append(len(gaps))
+            gaps.append(gap_s)
+            self._weights.append(weight)
+            if len(gaps) >= GAP_BUFFER:
+                self._fold_gaps()
+
+    def _fold_gaps(self) -> None:
+        gaps, weights, handoffs = self._gaps, self._weights, self._handoffs
+        buckets = self._tbt.buckets(gaps)  # both histograms have the same buckets
+        self._tbt.add_seq(gaps, weights, buckets)
+        if handoffs:
+            skip = set(handoffs)
+            keep = [i for i in range(len(gaps)) if i not in skip]
+            self._tbt_decode.add_seq([gaps[i] for i in keep], [weights[i] for i in keep], [buckets[i] for i in keep])
+        else:
+            self._tbt_decode.add_seq(gaps, weights, buckets)
+        self._gaps, self._weights, self._handoffs = [], [], []
+
+    @property
+    def tbt(self) -> StreamingHistogram:
+        """Every inter-token gap."""
+        if self._gaps:
+            self._fold_gaps()
+        return self._tbt
+
+    @property
+    def tbt_decode(self) -> StreamingHistogram:
+        """Inter-token gaps but the hand-off ones."""
+        if self._gaps:
+            self._fold_gaps()
+        return self._tbt_decode
 
     def on_finish(self, req: Request) -> None:
         ttft, tpot = req.ttft_s, req.tpot_s

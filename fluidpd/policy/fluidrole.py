@@ -93,6 +93,7 @@ class FluidRoleConfig:
 
 def drain_cost(w: WorkerView) -> tuple[int, int]:
     """What draining a decode worker costs: tokens left to generate, then KV tokens to move."""
+    w.sync_decoding()
     return sum(r.remaining_tokens for r in w.decoding.values()), w.kv_blocks_used * w.block_size
 
 
@@ -168,6 +169,7 @@ def migrations(t: RoleTransition, w: WorkerView, view: ClusterView, config: Flui
     peers = [p for p in view.workers if p.role is Role.DECODE and p.routable and p.id != w.id]
     room = {p.id: p.free_blocks - p.pull_blocks_pending for p in peers}
     actions = []
+    w.sync_decoding()
     for req in sorted(w.decoding.values(), key=lambda r: -r.remaining_tokens):
         if req.id in t.migrated or req.remaining_tokens * t_iter <= config.drain_finish_s:
             continue

@@ -57,6 +57,8 @@ class WorkerView(Protocol):
     @property
     def free_blocks(self) -> int: ...
 
+    def sync_decoding(self) -> None: ...  # bring the decoding requests' token counts up to date first
+
     def cached_tokens(self, req: Request) -> int: ...  # leading tokens of req whose KV is cached here
 
 

@@ -178,6 +178,7 @@ class Coordinator:
     def _admit(self, cl: RuntimeCluster, prompt_tokens: int) -> None:
         """Overloaded (HTTP 429) when too many requests wait or the predicted TTFT is too far out."""
         c = self.config
+        # (a decoding request's `generated` is synced lazily, but is >= 1 from its first token on)
         waiting = sum(1 for live in cl.live.values() if live.request.generated == 0)
         if waiting >= c.max_waiting:
             raise Overloaded(

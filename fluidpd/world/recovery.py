@@ -56,6 +56,7 @@ class Recovery:
             for req in [r for r in d.pulls if r.worker == wid and r.id not in self.moving]:
                 d.pulls.remove(req)
                 d.pull_blocks_pending -= d.blocks_of(req)
+        w.sync_decoding()  # they restart from the tokens already out
         lost = [*w.held.values(), *w.decoding.values(), *w.incoming]
         lost += [r for r in w.queue if isinstance(r, Request)]
         waiting = [r for r in w.pulls if r.id not in self.moving]  # their KV is elsewhere, alive

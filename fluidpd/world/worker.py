@@ -21,6 +21,10 @@ class WorkerState:
     Decode-side KV growth is tracked without touching every request: a decoding request with
     `s0` stored tokens that joined after decode step `k0` needs a new block at every step `k`
     with k = k0 + 1 - s0 (mod block_size), so one counter per residue gives each step's need.
+
+    Token counts are lazy the same way: a decoding request's `generated` is brought up to date
+    (`sync`) only when it leaves or is read through this worker, from the decode steps since it was
+    last synced; the requests that reach their output length at step k wait in `finishing[k]`.
     """
 
     __slots__ = (
@@ -34,6 +38,7 @@ class WorkerState:
         "decode_steps",
         "decoding",
         "deferred",
+        "finishing",
         "held",
         "id",
         "incoming",
@@ -60,6 +65,7 @@ class WorkerState:
         "step_growth",
         "step_time_ewma_s",
         "steps",
+        "synced",
         "tokens_out",
         "transfers_in",
         "transfers_out",
@@ -96,6 +102,8 @@ class WorkerState:
         self.incoming: list[Request] = []  # KV arrived during a step: joins when it ends
         self.marks: dict[int, tuple[int, int, int]] = {}  # id -> (decode_steps, over_cum, bucket)
         self.buckets = [0] * block_size
+        self.synced: dict[int, tuple[int, int]] = {}  # id -> (decode step `generated` is of, final step)
+        self.finishing: dict[int, dict[int, Request]] = {}  # final step -> its requests, in join order
         self.busy_s = {"prefill": 0.0, "decode": 0.0, "mixed": 0.0}
         self.steps = 0
         self.preemptions = 0
@@ -127,6 +135,8 @@ class WorkerState:
         return req.prompt_len + req.generated - 1
 
     def blocks_of(self, req: Request) -> int:
+        if req.id in self.synced:
+            self.sync(req)
         return blocks_for(self.stored(req), self.block_size)
 
     def allocate(self, blocks: int) -> None:
@@ -224,12 +234,22 @@ class WorkerState:
         self.decode_ctx_sum += s0
         self.buckets[bucket] += 1
         self.marks[req.id] = (-1, 0, bucket)
+        end = self.decode_steps + max(1, req.output_len - req.generated)
+        self.synced[req.id] = (self.decode_steps, end)
+        self.finishing.setdefault(end, {})[req.id] = req
         self.joiners.append(req)
         req.worker = self.id
 
     def leave(self, req: Request) -> None:
         """Stop decoding `req` here, closing its gap accounting; its KV blocks stay allocated."""
         del self.decoding[req.id]
+        self.sync(req)
+        end = self.synced.pop(req.id)[1]
+        finishing = self.finishing.get(end)
+        if finishing is not None:  # (None: it left at the step it finished)
+            del finishing[req.id]
+            if not finishing:
+                del self.finishing[end]
         steps, over, bucket = self.marks.pop(req.id)
         self.buckets[bucket] -= 1
         self.decode_ctx_sum -= self.stored(req)
@@ -238,6 +258,17 @@ class WorkerState:
         else:
             req.add_gaps(self.decode_steps - steps, self.over_cum - over)
             req.last_token_s = self.last_decode_end
+
+    def sync(self, req: Request) -> None:
+        """Bring decoding `req`'s `generated` up to date: one token per decode step since last synced."""
+        step, end = self.synced[req.id]
+        req.generated += self.decode_steps - step
+        self.synced[req.id] = (self.decode_steps, end)
+
+    def sync_decoding(self) -> None:
+        """Bring every decoding request's `generated` up to date (before reading their counts)."""
+        for req in self.decoding.values():
+            self.sync(req)
 
     def join_incoming(self) -> None:
         incoming, self.incoming = self.incoming, []
@@ -275,10 +306,14 @@ class WorkerState:
                 self.marks[req.id] = (*mark, self.marks[req.id][2])
             self.joiners = []
         self.last_decode_end = now
-        done = []
-        for req in self.decoding.values():
-            req.generated += 1
-            if req.generated >= req.output_len or (stopped and req.id in stopped):
-                done.append(req)
+        finishing = self.finishing.pop(self.decode_steps, None)
+        if stopped:  # in batch order, like the requests that reached their length
+            done = [r for r in self.decoding.values() if r.id in stopped or (finishing and r.id in finishing)]
+        elif finishing is None:
+            done = []
+        else:
+            done = list(finishing.values())
+        for req in done:
+            self.sync(req)
         self.tokens_out += n
         return done

@@ -48,3 +48,24 @@ def test_cdf_points_are_monotone_and_end_at_one():
     h.add_many(np.linspace(0.001, 1.0, 1000))
     x, y = h.cdf_points()
     assert np.all(np.diff(x) > 0) and np.all(np.diff(y) >= 0) and y[-1] == pytest.approx(1.0)
+
+
+def test_add_seq_and_buffered_gaps_equal_add_float_for_float():
+    from fluidpd.core.metrics import GAP_BUFFER, MetricsCollector, Slo
+
+    rng = np.random.default_rng(1)
+    xs = [float(x) for x in rng.lognormal(-3.5, 0.9, size=3 * GAP_BUFFER)] + [1e-9, 2e5]  # under lo, over hi
+    ws = [int(w) for w in rng.integers(1, 64, size=len(xs))]
+    one, seq = StreamingHistogram(), StreamingHistogram()
+    for x, w in zip(xs, ws):
+        one.add(x, w)
+    seq.add_seq(xs, ws)
+    assert (one.bins, one.total, one.sum, one.max) == (seq.bins, seq.total, seq.sum, seq.max)
+    m = MetricsCollector(Slo(1.0, 0.05))
+    direct = StreamingHistogram()
+    for i, (x, w) in enumerate(zip(xs, ws)):
+        m.on_gap(x, w, handoff=i % 7 == 0)
+        if i % 7:
+            direct.add(x, w)
+    assert (m.tbt.bins, m.tbt.total, m.tbt.sum) == (one.bins, one.total, one.sum)
+    assert (m.tbt_decode.bins, m.tbt_decode.total, m.tbt_decode.sum) == (direct.bins, direct.total, direct.sum)
