@@ -21,21 +21,22 @@ def test_small_profile_measures_every_part():
     cfg = ProfileConfig(
         workers=2,
         repeats=2,
-        chunks=(8, 64, 256),
+        chunks=(8, 64),
         priors=(0, 128),
         batches=(1, 4),
-        contexts=(64, 256),
+        contexts=(64, 128),
+        mixed_context=128,
         mixed_chunks=(32,),
         mixed_batches=(1, 4),
-        jitter_steps=20,
+        jitter_steps=10,
         dispatch_steps=3,
         contention_s=0.3,
-        transfer_tokens=(64, 256),
+        transfer_tokens=(64, 128),
     )
     engine = EngineConfig(model="smollm2", load_format="dummy", num_kv_blocks=64)
     p = measure_profile(engine, cfg, progress=False)
     kinds = [s["kind"] for s in p["steps"]]
-    assert kinds.count("prefill") == 6 and kinds.count("decode") == 4 and kinds.count("mixed") == 2
+    assert kinds.count("prefill") == 4 and kinds.count("decode") == 4 and kinds.count("mixed") == 2
     assert all(s["seconds"] > 0 and len(s["samples"]) == 2 for s in p["steps"])
     prior = next(s for s in p["steps"] if s["shape"]["prefill_kv_read"] == 128 and s["shape"]["prefill_tokens"] == 64)
     assert prior["shape"]["prefill_attn_pairs"] == 64 * 128 + 64 * 65 / 2
@@ -44,7 +45,7 @@ def test_small_profile_measures_every_part():
     assert p["model"]["spec"] == "smollm2-135m" and p["model"]["kv_blocks"] == 64
     assert p["jitter"]["p999_s"] >= p["jitter"]["p50_s"] > 0
     excess = p["jitter"]["excess_s"]
-    assert len(excess) == 20 and excess == sorted(excess) and excess[0] <= 0 <= excess[-1]
+    assert len(excess) == 10 and excess == sorted(excess) and excess[0] <= 0 <= excess[-1]
     # what the host measures is its business (a loaded host is slower): here, that each part was measured
     assert p["dispatch"]["decode_s"] > 0 and p["dispatch"]["prefill_s"] > 0
     assert p["kv_transfer"]["bandwidth_Bps"] > 0 and len(p["kv_transfer"]["points"]) == 2

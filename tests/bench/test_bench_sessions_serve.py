@@ -20,31 +20,14 @@ pytestmark = pytest.mark.slow
 SYSTEM, NEW, OUT = 96, 24, 8
 
 
-@pytest.fixture(scope="module")
-def server():
-    import torch
-
-    from fluidpd.engine import EngineConfig
-    from fluidpd.runtime.build import build_coordinator
-    from fluidpd.runtime.config import RuntimeConfig
-    from fluidpd.server import BackgroundServer, build_app
-
-    torch.set_num_threads(1)
-    config = EngineConfig(model="smollm2", max_model_len=512, num_kv_blocks=128)
-    runtime = build_coordinator(
-        config, RuntimeConfig(workers=1, backend="inprocess", admit_ttft_factor=0), log=lambda m: None
-    )
-    with BackgroundServer(build_app(runtime)) as srv:
-        yield srv.url
-
-
 def _tokens(url: str, messages: list[dict]) -> list[int]:
     r = httpx.post(url + "/tokenize", json={"messages": messages}, trust_env=False, timeout=60)
     r.raise_for_status()
     return r.json()["tokens"]
 
 
-def test_sessions_replay_against_the_real_server(server, tmp_path):
+def test_sessions_replay_against_the_real_server(served, tmp_path):
+    server = served.url
     out = tmp_path / "sessions.json"
     args = ["bench", "--url", server, "--sessions", "chat", "--n-sessions", "2", "--turns", "2"]
     args += ["--system-tokens", str(SYSTEM), "--new-tokens", str(NEW), "--output-tokens", str(OUT)]
