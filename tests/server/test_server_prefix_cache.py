@@ -57,11 +57,16 @@ def test_streamed_usage_and_chat_report_cached_tokens(served, client, model):
 
 
 def test_the_cluster_view_shows_each_workers_cache(served, client, model):
-    prompt = _prompt()
+    def view() -> dict:
+        (w,) = httpx.get(served.url + "/v1/admin/cluster").json()["workers"]
+        return w["prefix_cache"]
+
+    prompt, before = _prompt(), view()
     for _ in range(2):
-        client.completions.create(model=model, prompt=prompt, max_tokens=2, temperature=0)
-    (w,) = httpx.get(served.url + "/v1/admin/cluster").json()["workers"]
-    cache = w["prefix_cache"]
-    assert cache["cached_blocks"] >= (len(prompt.split()) // 2) // _block(served)  # at least the prompt's blocks
-    assert 0 < cache["hit_rate"] < 1
-    assert cache["hits"] <= cache["queries"]
+        r = client.completions.create(model=model, prompt=prompt, max_tokens=2, temperature=0)
+    cache = view()
+    hit = r.usage.prompt_tokens_details.cached_tokens
+    assert hit > 0 and cache["hits"] - before["hits"] == hit
+    assert cache["cached_blocks"] >= hit // _block(served)  # the prompt's blocks stay cached
+    assert 0 < cache["hit_rate"] < 1 and cache["hits"] <= cache["queries"]
+    assert cache["corrections"] == before["corrections"]  # the coordinator's view matched the engine's
