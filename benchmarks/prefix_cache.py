@@ -135,10 +135,8 @@ def summarize(runs: list[dict]) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 4], help="worker counts (>1 runs --policy fluidpd)")
-    ap.add_argument("--rounds", type=int, default=1, help="rounds of cache off/on per worker count")
+def add_session_args(ap: argparse.ArgumentParser) -> None:
+    """The chat sessions' shape and the SLOs (this benchmark's and prefix_cache_fidelity.py's)."""
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--system-tokens", type=int, default=1000)
@@ -148,6 +146,13 @@ def main() -> None:
     ap.add_argument("--ttft-slo", type=float, default=5.0)
     ap.add_argument("--tbt-slo", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 4], help="worker counts (>1 runs --policy fluidpd)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of cache off/on per worker count")
+    add_session_args(ap)
     ap.add_argument("--quick", action="store_true", help="smoke check: 1 worker, 2 sessions x 3 turns, 300 tokens")
     ap.add_argument("--out", type=Path, default=Path("results/prefix_cache"))
     args = ap.parse_args()

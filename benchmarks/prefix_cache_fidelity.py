@@ -37,7 +37,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from prefix_cache import free_port, serve_cmd, trace_of
+from prefix_cache import add_session_args, free_port, serve_cmd, trace_of
 from runtime_azure_code import stop_server, wait_healthy
 
 from fluidpd.bench.loadgen.closed_loop import TurnResult
@@ -274,16 +274,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 4], help="worker counts (>1 runs --policy fluidpd)")
     ap.add_argument("--groups", type=int, nargs="+", default=[1], help="distinct system prompts (session i: i %% G)")
-    ap.add_argument("--sessions", type=int, default=8)
-    ap.add_argument("--turns", type=int, default=6)
-    ap.add_argument("--system-tokens", type=int, default=1000)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--output-tokens", type=int, default=32)
-    ap.add_argument("--think-time", type=float, default=1.0)
+    add_session_args(ap)
     ap.add_argument("--num-kv-blocks", type=int, default=0, help="KV blocks per worker (0: prefix_cache.py's ample)")
-    ap.add_argument("--ttft-slo", type=float, default=5.0)
-    ap.add_argument("--tbt-slo", type=float, default=0.5)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--resim", action="store_true", help="re-simulate the runs saved in --out (no server)")
     ap.add_argument("--out", type=Path, default=Path("results/prefix_cache_fidelity"))
     args = ap.parse_args()
