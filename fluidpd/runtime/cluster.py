@@ -64,7 +64,6 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         self.remaps: dict[int, float] = {}  # worker -> when its resize_kv was sent
         self.replacing: set[int] = set()
         self.losses: list[dict] = []  # every worker lost: when, why, how many requests restarted
-        self.hit_corrections: dict[int, int] = {}  # worker -> admissions whose engine held less than the World said
 
     def active(self) -> bool:
         return self.running
@@ -203,9 +202,10 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         than the World expected (it computed them in the step instead), the engine's figure counts."""
         req, planned = live.request, live.planned_cached
         live.planned_cached = -1
-        if engine_hit < planned:
-            self.hit_corrections[w.id] = self.hit_corrections.get(w.id, 0) + 1
-        if req.cached_tokens == planned and req.preemptions == 0 and engine_hit < planned:
+        if engine_hit >= planned:
+            return
+        w.prefix_cache_corrections += 1
+        if req.cached_tokens == planned and req.preemptions == 0:  # its first admission: the counted one
             w.prefix_cache_hits -= planned - engine_hit
             req.cached_tokens = engine_hit
 

@@ -225,7 +225,7 @@ class Coordinator:
             "workers_down": sorted(cl.down),
             "losses": cl.losses[-20:],
             "slo": {"ttft_s": self.config.ttft_slo_s, "tbt_s": self.config.tbt_slo_s},
-            "workers": [_worker_json(w, cl.backends[w.id], cl.hit_corrections.get(w.id, 0)) for w in cl.workers],
+            "workers": [_worker_json(w, cl.backends[w.id]) for w in cl.workers],
         }
         p = self.pressure()
         state.update(ppi=p.ppi, dpi=p.dpi)
@@ -276,7 +276,7 @@ class Coordinator:
         return snap
 
 
-def _worker_json(w, backend, corrections: int) -> dict:
+def _worker_json(w, backend) -> dict:
     pid = backend.pid
     return {
         "id": w.id,
@@ -296,7 +296,7 @@ def _worker_json(w, backend, corrections: int) -> dict:
             "queries": w.prefix_cache_queries,
             "hits": w.prefix_cache_hits,
             "hit_rate": w.prefix_cache_hits / w.prefix_cache_queries if w.prefix_cache_queries else 0.0,
-            "corrections": corrections,  # admissions where the engine held less than the coordinator's view
+            "corrections": w.prefix_cache_corrections,  # admissions where the engine held less than this view
         },
         "rss_bytes": rss_bytes(pid)
         if pid is not None

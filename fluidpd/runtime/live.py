@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fluidpd.core.blockhash import block_hashes
+from fluidpd.core.blockhash import ROOT, block_hashes
 from fluidpd.core.request import Request
 
 
@@ -28,9 +28,11 @@ class Live:
 
 def extend_hashes(live: Live, block_size: int) -> None:
     """Hash the blocks its answer has filled, so they stay cached where it finishes (the next turn
-    of a conversation sends them back as its prompt)."""
+    of a conversation sends them back as its prompt). Only the new blocks' tokens are read."""
     hashes = live.request.block_hashes
-    done = len(hashes)
-    if isinstance(hashes, list) and (len(live.prompt_ids) + len(live.out_ids)) // block_size > done:
-        ctx = live.prompt_ids + live.out_ids
-        hashes.extend(block_hashes(ctx, block_size, done, hashes[-1] if done else 0))
+    assert isinstance(hashes, list)  # the coordinator gives a runtime request a list to extend
+    done, prompt = len(hashes), live.prompt_ids
+    if (len(prompt) + len(live.out_ids)) // block_size > done:
+        start = done * block_size
+        tail = prompt[start:] + live.out_ids[max(0, start - len(prompt)) :]
+        hashes.extend(block_hashes(tail, block_size, 0, hashes[-1] if done else ROOT))

@@ -22,7 +22,6 @@ The snapshot contract (every key optional; a missing one is not exported):
      "role_transitions_total": int,
      "workers": [{"id": int, "role": "prefill" | "decode" | "colocated" | ..., "kv_cache_usage_perc": float,
                   "prefix_cache_queries": int, "prefix_cache_hits": int}]}
-or, instead of "workers", the dict form {"kv_cache_usage": {id: fraction}, "worker_role": {id: role}}.
 """
 
 from __future__ import annotations
@@ -134,7 +133,7 @@ class _RuntimeCollector:
                 g = GaugeMetricFamily(NS + key, doc, labels=["model_name"])
                 g.add_metric([m], float(snap[key]))
                 yield g
-        workers = _workers(snap)
+        workers = list(snap.get("workers") or [])
         kv = GaugeMetricFamily(
             NS + "kv_cache_usage_perc",
             "Fraction of the worker's KV blocks in use (0..1).",
@@ -177,18 +176,6 @@ def _prefix_counters(model: str, workers: list[dict]):
             c.add_metric([model, wid], float(v))
         if rows:
             yield c
-
-
-def _workers(snap: dict) -> list[dict]:
-    """Per-worker entries: snap["workers"], or the dict form {"kv_cache_usage": {id: frac},
-    "worker_role": {id: role}}."""
-    if snap.get("workers"):
-        return list(snap["workers"])
-    kv, roles = snap.get("kv_cache_usage") or {}, snap.get("worker_role") or {}
-    return [
-        {"id": wid, "role": roles.get(wid), "kv_cache_usage_perc": kv.get(wid)}
-        for wid in sorted(set(kv) | set(roles), key=str)
-    ]
 
 
 class ServerMetrics:

@@ -52,6 +52,7 @@ class WorkerState:
         "num_prefilling",
         "over_cum",
         "preemptions",
+        "prefix_cache_corrections",
         "prefix_cache_hits",
         "prefix_cache_queries",
         "pull_blocks_pending",
@@ -112,6 +113,7 @@ class WorkerState:
         self.cache = PrefixCache()
         self.prefix_cache_queries = 0  # prompt tokens of first admissions here
         self.prefix_cache_hits = 0  # ... whose prefill a cached prefix skipped
+        self.prefix_cache_corrections = 0  # admissions whose engine held less than this view (runtime)
         self.admitted: list[Request | PrefillPiece] = []  # requests the step in flight admitted
 
     # --- WorkerView -------------------------------------------------------------------
@@ -143,9 +145,8 @@ class WorkerState:
         if blocks > self.free_blocks:
             raise RuntimeError(f"worker {self.id}: KV over-allocated")
         self.kv_blocks_used += blocks
-        lru = self.cache.lru
-        if lru and self.kv_blocks_used + len(lru) > self.kv_blocks_total:
-            self.cache.evict(self.kv_blocks_used + len(lru) - self.kv_blocks_total)
+        if self.cache.lru:
+            self._trim_cache()
 
     def free(self, blocks: int) -> None:
         self.kv_blocks_used -= blocks
@@ -158,7 +159,11 @@ class WorkerState:
         if kv_blocks < self.kv_blocks_used:
             raise RuntimeError(f"worker {self.id}: resize below live KV ({self.kv_blocks_used} blocks)")
         self.kv_blocks_total = kv_blocks
-        self.cache.evict(self.kv_blocks_used + self.cache.evictable - kv_blocks)
+        self._trim_cache()
+
+    def _trim_cache(self) -> None:
+        """Evict the least recently used cached blocks that no longer fit beside the live KV."""
+        self.cache.evict(self.kv_blocks_used + self.cache.evictable - self.kv_blocks_total)
 
     # --- prefix cache -----------------------------------------------------------------
     def cached_tokens(self, req: Request) -> int:
