@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from fluidpd.core.blockhash import block_hashes
 from fluidpd.core.memory import rss_bytes
-from fluidpd.core.metrics import MetricsCollector
+from fluidpd.core.metrics import MetricsCollector, hit_rate
 from fluidpd.core.request import Request
 from fluidpd.policy.costs import CostModel, batched_prefill_time
 from fluidpd.policy.fluidpd import FluidPD
@@ -295,7 +295,7 @@ def _worker_json(w, backend) -> dict:
             "cached_blocks": w.cache.num_cached,
             "queries": w.prefix_cache_queries,
             "hits": w.prefix_cache_hits,
-            "hit_rate": w.prefix_cache_hits / w.prefix_cache_queries if w.prefix_cache_queries else 0.0,
+            "hit_rate": hit_rate(w.prefix_cache_hits, w.prefix_cache_queries),
             "corrections": w.prefix_cache_corrections,  # admissions where the engine held less than this view
         },
         "rss_bytes": rss_bytes(pid)
