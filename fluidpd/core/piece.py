@@ -16,6 +16,7 @@ class PrefillPiece:
     length: int
     prefilled: int = 0
     worker: int = -1
+    queued_hit: int = 0  # a piece has no cached prefix
 
     def __post_init__(self) -> None:
         if self.offset < 0 or self.length < 1 or self.offset + self.length > self.parent.prompt_len:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from fluidpd.core.knobs import knob
 from fluidpd.core.request import Request
+from fluidpd.policy.routers import ROUTERS, check_router, make_router
+from fluidpd.policy.routing import candidates
 from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView
 
 if TYPE_CHECKING:
@@ -24,6 +26,11 @@ class PolicyConfig:
     chunk_budget: int = knob(512, "chunked: tokens per mixed step (Sarathi-Serve)")
     prefill_batch_tokens: int = knob(0, "static-pd: DistServe's L_m (0: profiled by the world)")
     prefill_workers: int = knob(0, "initial prefill workers of a disaggregated policy (0: a quarter)")
+    router: str = knob(
+        "",
+        "which worker takes a new request: least-loaded, shortest-queue, round-robin, sglang-cache-aware, "
+        "dynamo-kv, llm-d, or (fluidpd) kv-affinity; empty: the policy's own",
+    )
     tick_s: float = 0.010  # control-plane cycle (FluidPD's 10 ms)
 
     def __post_init__(self) -> None:
@@ -43,9 +50,24 @@ class Policy:
     uses_tick = False
     needs_costs = False  # built with a CostModel the world fits (see `build`)
     prefilled_arrivals = False  # requests arrive with their prompt's KV in place (the decode phase alone)
+    default_router = "least-loaded"
+    own_routers: tuple[str, ...] = ()  # routers this policy builds itself (not in ROUTERS)
 
     def __init__(self, config: PolicyConfig | None = None):
         self.config = config or PolicyConfig()
+        self.router_name = self.config.router or self.default_router
+        check_router(self.router_name, self.own_routers)
+        self.router = make_router(self.router_name) if self.router_name in ROUTERS else None
+
+    @property
+    def label(self) -> str:
+        """`<policy>+<router>`, as the KV-reuse table names its rows."""
+        return f"{self.name}+{self.router_name}"
+
+    def pick(self, req: Request, view: ClusterView, role: Role) -> int:
+        """The worker of `role` the configured router picks for `req`."""
+        assert self.router is not None
+        return self.router.pick(req, candidates(view.workers, role), view).id
 
     @classmethod
     def build(
@@ -59,7 +81,7 @@ class Policy:
 
     def route(self, req: Request, view: ClusterView) -> int:
         """The worker whose prefill queue takes a new request."""
-        raise NotImplementedError
+        return self.pick(req, view, Role.COLOCATED)
 
     def plan_step(self, worker: WorkerView, view: ClusterView) -> StepPlan:
         raise NotImplementedError

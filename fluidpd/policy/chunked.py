@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fluidpd.policy import routing, stepplan
+from fluidpd.policy import stepplan
 from fluidpd.policy.base import Policy
 
 
@@ -10,9 +10,6 @@ class Chunked(Policy):
     """Decodes first, then prefill chunks up to `chunk_budget` tokens per step; least-loaded routing."""
 
     name = "chunked"
-
-    def route(self, req, view):
-        return routing.least_loaded(view.workers)
 
     def prefill_batching(self, role):
         return self.config.chunk_budget, True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fluidpd.policy import routing, stepplan
+from fluidpd.policy import stepplan
 from fluidpd.policy.base import Policy
 
 
@@ -10,9 +10,6 @@ class Colocated(Policy):
     """Every worker prefills and decodes; new prompts preempt decode steps; least-loaded routing."""
 
     name = "colocated"
-
-    def route(self, req, view):
-        return routing.least_loaded(view.workers)
 
     def plan_step(self, worker, view):
         c = self.config

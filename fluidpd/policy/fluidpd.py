@@ -34,9 +34,10 @@ from fluidpd.policy.costs import CostModel
 from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.policy.fluidrole import RoleTransition
 from fluidpd.policy.fluidtoken import FluidToken
+from fluidpd.policy.routers.kv_affinity import KV_AFFINITY, KvAffinity
 from fluidpd.policy.static_pd import StaticPD
 from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index
-from fluidpd.policy.view import ClusterView, Role
+from fluidpd.policy.view import ClusterView, Role, blocks_for
 
 BALANCED = "balanced"
 PREFILL_SPIKE = "prefill-spike"
@@ -54,6 +55,8 @@ class FluidPD(StaticPD):
     needs_costs = True
     use_token = True
     use_role = True
+    default_router = KV_AFFINITY
+    own_routers = (KV_AFFINITY,)
 
     def __init__(
         self, config: PolicyConfig | None = None, fluid: FluidConfig | None = None, costs: CostModel | None = None
@@ -73,6 +76,11 @@ class FluidPD(StaticPD):
         self._since: dict[str, float] = {}
         self.kv_short = False  # the decode pool is short of KV (last control cycle)
         self.prefill_scale = 1.0  # measured / modelled prefill step time (EWMA over prefill steps)
+        self.affinity = None
+        if self.router_name == KV_AFFINITY:
+            self.affinity = KvAffinity(
+                self.prefill_work, lambda: self.config.prefill_batch_tokens, self.token, costs.kv_move_s_per_token
+            )
 
     @classmethod
     def build(cls, config=None, fluid=None, costs=None):
@@ -82,7 +90,9 @@ class FluidPD(StaticPD):
     def route(self, req, view):
         if self.use_token and not any(w.role is Role.PREFILL and w.routable for w in view.workers):
             return routing.least_queued_decode(view.workers)
-        return routing.shortest_queue(view.workers)
+        if self.affinity is not None:
+            return self.affinity.route(req, view)
+        return self.pick(req, view, Role.PREFILL)
 
     def plan_step(self, worker, view):
         if worker.role is Role.DECODE:
@@ -91,7 +101,15 @@ class FluidPD(StaticPD):
 
     def handoff(self, req, worker, view):
         if worker.role is Role.DECODE:
-            return None  # borrowed prefill: the KV is already where the request decodes
+            return None  # prefilled on a decode worker: the KV is already where the request decodes
+        if self.affinity is not None:
+            hint = req.decode_hint
+            ws = view.workers
+            if 0 <= hint < len(ws) and ws[hint].role is Role.DECODE and ws[hint].routable:
+                w = ws[hint]
+                if w.free_blocks - w.pull_blocks_pending >= blocks_for(req.context_len, w.block_size):
+                    return hint
+            return self.affinity.decode_for(req, view).id
         return routing.least_loaded_decode(view.workers)
 
     def observe_step(self, worker, duration_s: float, plan) -> None:

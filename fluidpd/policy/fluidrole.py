@@ -92,9 +92,10 @@ class FluidRoleConfig:
 
 
 def drain_cost(w: WorkerView) -> tuple[int, int]:
-    """What draining a decode worker costs: tokens left to generate, then KV tokens to move."""
+    """What switching a decode worker costs: tokens left to generate, then KV tokens to move or lose
+    (its live KV, and the cached blocks no request holds, which a prefill arena may not keep)."""
     w.sync_decoding()
-    return sum(r.remaining_tokens for r in w.decoding.values()), w.kv_blocks_used * w.block_size
+    return sum(r.remaining_tokens for r in w.decoding.values()), (w.kv_blocks_used + w.evictable_blocks) * w.block_size
 
 
 def choose_decode_to_prefill(view: ClusterView, eligible) -> int | None:
@@ -105,9 +106,10 @@ def choose_decode_to_prefill(view: ClusterView, eligible) -> int | None:
 
 def choose_prefill_to_decode(view: ClusterView, eligible) -> int | None:
     """k*: the prefill worker with the least queued and in-flight prefill work; among equals, the
-    one holding most KV for pulls (as a decode worker it decodes that KV in place)."""
+    one holding most KV for pulls (as a decode worker it decodes that KV in place), then the one
+    whose cache the prefill pool loses least of."""
     pool = [w for w in view.workers if w.role is Role.PREFILL and w.routable and eligible(w)]
-    return min(pool, key=lambda w: (w.queued_tokens, -w.num_held, w.id)).id if pool else None
+    return min(pool, key=lambda w: (w.queued_uncached, -w.num_held, w.num_cached_blocks, w.id)).id if pool else None
 
 
 def check_switch(view: ClusterView, wid: int, role: Role, leaving: set[int]) -> None:

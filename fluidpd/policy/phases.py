@@ -17,6 +17,7 @@ class PrefillOnly(Policy):
     """Prefill instances only: shortest-queue dispatch, L_m batching; requests of one token."""
 
     name = "prefill-only"
+    default_router = "shortest-queue"
 
     def roles(self, n_workers):
         return [Role.PREFILL] * n_workers
@@ -24,7 +25,7 @@ class PrefillOnly(Policy):
     def route(self, req, view):
         if req.output_len != 1:
             raise ValueError(f"{self.name} serves one-token requests (the prefill phase), got {req.output_len}")
-        return routing.shortest_queue(view.workers)
+        return self.pick(req, view, Role.PREFILL)
 
     def plan_step(self, worker, view):
         c = self.config

@@ -1,4 +1,4 @@
-"""Dispatch rules: least-loaded replica, shortest prefill queue, least-loaded decode instance."""
+"""Dispatch rules for decode workers (new requests go through `fluidpd.policy.routers`)."""
 
 from __future__ import annotations
 
@@ -16,18 +16,6 @@ def candidates(workers: Iterable[WorkerView], role: Role) -> list[WorkerView]:
     if not found:
         raise NoRoutableWorker(f"no routable {role.value} worker")
     return found
-
-
-def least_loaded(workers: Iterable[WorkerView], role: Role = Role.COLOCATED) -> int:
-    """The replica with the fewest outstanding requests (queued + decoding); lowest id on ties."""
-    best = min(candidates(workers, role), key=lambda w: (len(w.queue) + w.num_decoding, w.id))
-    return best.id
-
-
-def shortest_queue(workers: Iterable[WorkerView], role: Role = Role.PREFILL) -> int:
-    """The prefill worker with the least queued prefill work (tokens); lowest id on ties."""
-    best = min(candidates(workers, role), key=lambda w: (w.queued_tokens, len(w.queue), w.id))
-    return best.id
 
 
 def least_queued_decode(workers: Iterable[WorkerView]) -> int:

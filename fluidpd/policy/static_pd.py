@@ -27,12 +27,13 @@ class StaticPD(Policy):
     """Fixed prefill/decode split: shortest-queue prefill, L_m batching, pull-based KV hand-off."""
 
     name = "static-pd"
+    default_router = "shortest-queue"
 
     def roles(self, n_workers):
         return split(n_workers, self.config.prefill_workers)
 
     def route(self, req, view):
-        return routing.shortest_queue(view.workers)
+        return self.pick(req, view, Role.PREFILL)
 
     def prefill_batching(self, role):
         if role is Role.PREFILL:

@@ -8,8 +8,9 @@ theirs (SLO_TTFT per routable decode worker: a decode worker prefills slower tha
 then reads low, and the way back to a prefill worker needs a real backlog). The numerator is in
 seconds too (queued work plus lateness), so PPI is dimensionless and PPI > 1 means the queue
 cannot be cleared within the TTFT SLO. s_i is the prompt work still to do (a partly prefilled
-request counts its remaining tokens). To bound the cost of one evaluation, the scan stops once
-PPI exceeds `ppi_cap`: past that, every decision is the same.
+request counts its remaining tokens, an unstarted one those its worker's cache will not skip). To
+bound the cost of one evaluation, the scan stops once PPI exceeds `ppi_cap`: past that, every
+decision is the same.
 
 DPI(t) = mean_j (alpha * T_iter(j) / SLO_TBT + (1 - alpha) * K_j / K_max(j)) over decode workers,
 with T_iter the EWMA of measured decode step times. K_j, the worker's KV demand, is the blocks in
@@ -59,7 +60,7 @@ def prefill_pressure_index(
     now, total = view.now, 0.0
     for w in prefill:
         for req in w.queue:
-            work = prefill_time(req.prefill_remaining)
+            work = prefill_time(req.prefill_remaining - req.queued_hit)
             late = now - req.arrival_s + work - slo_ttft_s
             total += work + (late if late > 0 else 0.0)
             if total > limit:

@@ -35,6 +35,7 @@ class WorkerView(Protocol):
     kv_blocks_used: int
     pull_blocks_pending: int  # blocks promised to KV pulls queued on this worker
     queued_tokens: int  # prefill tokens still to compute for `queue`
+    queued_cached: int  # of those, the cached prefixes of unstarted requests expected to be skipped
     decode_ctx_sum: int
     num_prefilling: int  # admitted requests (KV allocated) whose prefill is unfinished
     step_time_ewma_s: float  # measured time of recent decode-only steps (T_iter)
@@ -56,6 +57,15 @@ class WorkerView(Protocol):
 
     @property
     def free_blocks(self) -> int: ...
+
+    @property
+    def queued_uncached(self) -> int: ...  # queued_tokens - queued_cached
+
+    @property
+    def num_cached_blocks(self) -> int: ...  # KV blocks held by hash, live or evictable
+
+    @property
+    def evictable_blocks(self) -> int: ...  # cached blocks no request holds (counted as free)
 
     def sync_decoding(self) -> None: ...  # bring the decoding requests' token counts up to date first
 

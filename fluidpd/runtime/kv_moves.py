@@ -15,7 +15,9 @@ log = logging.getLogger("fluidpd.runtime")
 class KVMoves:
     """RuntimeCluster's KV hand-offs and migrations between engines, and FluidRole's remap of one engine's arena."""
 
-    def transfer(self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg) -> None:
+    def transfer(
+        self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg, skip_blocks: int = 0
+    ) -> None:
         live = self.live[req.id]
         self.moving.add(req.id)
 

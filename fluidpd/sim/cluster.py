@@ -187,7 +187,9 @@ class SimCluster(World):
         self._rerate()
         self.step_end(run.w, run.plan, self.loop.now - run.started_s)
 
-    def transfer(self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg) -> None:
+    def transfer(
+        self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg, skip_blocks: int = 0
+    ) -> None:
         now, nbytes, c = self.loop.now, tokens * self.kv_bytes_per_token, self.config
         end = self.network.schedule(now, nbytes, src.node, dst.node, dst.id, cls)
         if c.kv_export_share or c.kv_import_share:  # the export, then the import (the destination's)

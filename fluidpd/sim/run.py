@@ -50,6 +50,7 @@ class Setup:
             fit_prefill_time(roofline),
             fit_chunk_time(roofline),
             attn_pair_s=fit_attention_pair_time(roofline),
+            kv_move_s_per_token=self.model.kv_bytes_per_token / self.hardware.nvlink_bw_unidir,
         )
 
     def network(self) -> Network:
@@ -119,6 +120,11 @@ def run_cluster(cluster: SimCluster, policy_name: str, progress=None, before_run
     for kind in ("prefill", "decode", "mixed"):
         summary[f"busy_{kind}_s"] = sum(w.busy_s[kind] for w in cluster.workers)
     summary.update(prefix_cache_summary(cluster))
+    summary["kv_bytes_moved"] = cluster.kv_tokens_moved * cluster.kv_bytes_per_token
+    summary["kv_bytes_per_request"] = summary["kv_bytes_moved"] / max(1, summary["completed"])
+    busy = [sum(w.busy_s.values()) for w in cluster.workers]
+    summary["max_mean_load"] = max(busy) / (sum(busy) / len(busy)) if sum(busy) > 0 else 1.0
+    summary["routed_to_decode"] = getattr(getattr(cluster.policy, "affinity", None), "on_decode", 0)
     return SimResult(policy_name, summary, cluster)
 
 

@@ -51,7 +51,10 @@ class Elastic:
         def decode_or_hand_off(self, w: WorkerState, req: Request) -> None: ...
         def start_pulls(self, d: WorkerState) -> None: ...
         def unpark(self) -> None: ...
-        def transfer(self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg) -> None: ...
+        def transfer(
+            self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg, skip_blocks: int = 0
+        ) -> None: ...
+        def move_kv(self, req: Request, src: WorkerState, dst: WorkerState, need: int, cls: str, done) -> None: ...
         def hand_off(self, req: Request) -> None: ...
 
     def apply(self, actions: list) -> None:
@@ -165,10 +168,9 @@ class Elastic:
         if need > dst.free_blocks:
             return  # the peer filled up meanwhile: the drain asks again
         src.leave(req)
-        dst.allocate(need)
         src.transfers_out += 1
         dst.transfers_in += 1
-        self.transfer(req, src, dst, src.stored(req), MIGRATION, self._migrated, (req, src, dst))
+        self.move_kv(req, src, dst, need, MIGRATION, self._migrated)
 
     def _migrated(self, arg) -> None:
         req, src, dst = arg

@@ -46,6 +46,7 @@ class World(Elastic, Recovery):
             raise ValueError(f"{len(blocks)} KV sizes for {n_workers} workers")
         self.workers = [WorkerState(i, r, node_of(i), blocks[i], block_size) for i, r in enumerate(roles)]
         self.outstanding = 0
+        self.kv_tokens_moved = 0  # KV tokens hand-offs and migrations sent over links
         self.timeline = Timeline(len(self.workers))
         self.spreads: dict = {}
         self.prefill_kv_fraction = 1.0
@@ -68,8 +69,11 @@ class World(Elastic, Recovery):
         """Run `plan` on `w`; when it is done, call `step_end(w, plan, duration_s, stopped)`."""
         raise NotImplementedError
 
-    def transfer(self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg) -> None:
-        """Move `tokens` tokens of `req`'s KV from `src` to `dst`; then call `done(arg)`."""
+    def transfer(
+        self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg, skip_blocks: int = 0
+    ) -> None:
+        """Move `tokens` tokens of `req`'s KV from `src` to `dst`, leaving out its first `skip_blocks`
+        full blocks (`dst` holds them cached); then call `done(arg)`."""
         raise NotImplementedError
 
     def on_sample(self) -> None:
@@ -180,6 +184,7 @@ class World(Elastic, Recovery):
         """`req` starts prefilling on `w`: it holds its cached prefix there (a hit advances `prefilled`
         past it; counted at its first admission only, not for a recompute) and `need` blocks in all."""
         hit = w.take_cached(req) if isinstance(req, Request) else 0
+        w.started(req)
         w.allocate(need - hit // w.block_size)
         w.num_prefilling += 1
         w.admitted.append(req)
@@ -284,15 +289,24 @@ class World(Elastic, Recovery):
                 return
             d.pulls.popleft()
             d.pull_blocks_pending -= need
-            d.allocate(need)
             if req.worker < 0:  # arrived prefilled: nothing to move
+                d.allocate(need)
                 d.join(req)
                 self.schedule(d)
                 continue
             src = self.workers[req.worker]
             src.transfers_out += 1
             d.transfers_in += 1
-            self.transfer(req, src, d, WorkerState.stored(req), HANDOFF, self._pulled, (req, src, d))
+            self.move_kv(req, src, d, need, HANDOFF, self._pulled)
+
+    def move_kv(self, req: Request, src: WorkerState, dst: WorkerState, need: int, cls: str, done) -> None:
+        """Move `req`'s stored KV (`need` blocks) from `src` to `dst`: only the blocks `dst` does not
+        hold cached already travel; `dst` holds those it has and allocates the rest."""
+        skip = dst.take_moved(req)
+        dst.allocate(need - skip)
+        tokens = WorkerState.stored(req) - skip * dst.block_size
+        self.kv_tokens_moved += tokens
+        self.transfer(req, src, dst, tokens, cls, done, (req, src, dst), skip)
 
     def _pulled(self, arg: tuple[Request, WorkerState, WorkerState]) -> None:
         req, src, d = arg

@@ -58,6 +58,7 @@ class WorkerState:
         "pull_blocks_pending",
         "pulls",
         "queue",
+        "queued_cached",
         "queued_tokens",
         "role",
         "role_since",
@@ -88,6 +89,7 @@ class WorkerState:
         self.pull_blocks_pending = 0
         self.queue: deque[Request | PrefillPiece] = deque()
         self.queued_tokens = 0
+        self.queued_cached = 0  # of queued_tokens, those of unstarted requests expected to hit the cache here
         self.num_prefilling = 0
         self.decoding: dict[int, Request] = {}
         self.decode_ctx_sum = 0  # stored KV tokens over decoding requests
@@ -129,6 +131,21 @@ class WorkerState:
     @property
     def num_held(self) -> int:
         return len(self.held)
+
+    @property
+    def queued_uncached(self) -> int:
+        """Prefill tokens of `queue` still to compute, less the cached prefixes expected to be skipped."""
+        return self.queued_tokens - self.queued_cached
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """KV blocks held by hash here, live or evictable."""
+        return self.cache.num_cached
+
+    @property
+    def evictable_blocks(self) -> int:
+        """Cached blocks no request holds (counted as free)."""
+        return self.cache.evictable
 
     # --- KV ----------------------------------------------------------------------------
     @staticmethod
@@ -182,6 +199,22 @@ class WorkerState:
             self.kv_blocks_used += self.cache.acquire(req.id, req.block_hashes, n)
         return n * bs
 
+    def cached_kv_blocks(self, req: Request) -> int:
+        """Leading full blocks of `req`'s stored KV (prompt and answer so far) cached here: what a
+        KV move to this worker may skip."""
+        hashes = req.block_hashes
+        if not hashes:
+            return 0
+        return self.cache.match(hashes, self.stored(req) // self.block_size)
+
+    def take_moved(self, req: Request) -> int:
+        """Before `req`'s KV moves here: hold the leading blocks cached here; returns how many (they
+        need not move)."""
+        n = self.cached_kv_blocks(req)
+        if n:
+            self.kv_blocks_used += self.cache.acquire(req.id, req.block_hashes, n)
+        return n
+
     def register(self, req: Request, tokens: int) -> None:
         """`req`'s KV of its first `tokens` tokens is computed (or arrived) here: its full hashed
         blocks join the cache, shared with (and deduplicated against) the copies already here."""
@@ -218,6 +251,9 @@ class WorkerState:
         else:
             (self.queue.appendleft if front else self.queue.append)(req)
         self.queued_tokens += req.prefill_remaining
+        if req.prefilled == 0 and isinstance(req, Request) and req.block_hashes:
+            req.queued_hit = self.cached_tokens(req)
+            self.queued_cached += req.queued_hit
 
     def dequeue(self, req: Request | PrefillPiece) -> None:
         if self.queue and self.queue[0] is req:
@@ -225,6 +261,13 @@ class WorkerState:
         else:
             self.queue.remove(req)
         self.queued_tokens -= req.prefill_remaining
+        self.started(req)
+
+    def started(self, req: Request | PrefillPiece) -> None:
+        """`req` leaves the unstarted part of the queue: its expected hit no longer counts."""
+        if req.queued_hit:
+            self.queued_cached -= req.queued_hit
+            req.queued_hit = 0
 
     # --- decode batch -------------------------------------------------------------------
     def join(self, req: Request) -> None:

@@ -169,12 +169,15 @@ def test_prefill_to_decode_prefers_the_worker_holding_kv_among_equals():
     from fluidpd.policy.fluidrole import choose_prefill_to_decode
 
     ws = [
-        SimpleNamespace(id=i, role=Role.PREFILL, routable=True, queued_tokens=0, num_held=h)
+        SimpleNamespace(id=i, role=Role.PREFILL, routable=True, queued_uncached=0, num_held=h, num_cached_blocks=0)
         for i, h in enumerate((0, 3))
     ]
     assert choose_prefill_to_decode(SimpleNamespace(workers=ws), lambda w: True) == 1
-    ws[1].queued_tokens = 500  # queued work still comes first: it has to move to a peer
+    ws[1].queued_uncached = 500  # queued work still comes first: it has to move to a peer
     assert choose_prefill_to_decode(SimpleNamespace(workers=ws), lambda w: True) == 0
+    ws[1].queued_uncached, ws[1].num_held = 0, 0
+    ws[0].num_cached_blocks = 40  # among equals, the prefill pool keeps the larger cache
+    assert choose_prefill_to_decode(SimpleNamespace(workers=ws), lambda w: True) == 1
 
 
 def test_kv_bound_when_hand_offs_wait_for_more_kv_than_decode_has_free():

@@ -7,6 +7,7 @@ import pytest
 
 from fluidpd.core.request import Request
 from fluidpd.policy import routing, stepplan
+from fluidpd.policy.routers.load import LeastLoaded, ShortestQueue
 from fluidpd.policy.static_pd import split
 from fluidpd.policy.view import Role
 from fluidpd.world.worker import WorkerState
@@ -71,19 +72,20 @@ def test_routing_rules():
     a.enqueue(req(0, 100))
     b.enqueue(req(1, 30))
     b.enqueue(req(2, 30))
-    assert routing.shortest_queue([a, b, c]) == 1  # fewer queued tokens wins over fewer requests
+    sq = ShortestQueue()
+    assert sq.pick(req(3, 1), [a, b], None).id == 1  # fewer queued tokens wins over fewer requests
     b.routable = False
-    assert routing.shortest_queue([a, b, c]) == 0
+    assert sq.pick(req(3, 1), routing.candidates([a, b, c], Role.PREFILL), None).id == 0
     d = worker(wid=3, role=Role.DECODE)
     d.allocate(10)
     assert routing.least_loaded_decode([a, b, c, d]) == 2
     c.pull_blocks_pending = 20
     assert routing.least_loaded_decode([a, b, c, d]) == 3
     with pytest.raises(RuntimeError):
-        routing.least_loaded([a, b, c, d], Role.COLOCATED)
+        routing.candidates([a, b, c, d], Role.COLOCATED)
     x, y = worker(wid=4), worker(wid=5)
     x.enqueue(req(5, 10))
-    assert routing.least_loaded([x, y]) == 5
+    assert LeastLoaded().pick(req(6, 1), [x, y], None).id == 5
 
 
 def test_static_split():

@@ -76,7 +76,7 @@ class TinyWorld(World):
         d = 1e-3 + 1e-5 * shape.tokens
         self.loop.at(self.loop.now + d, EventKind.STEP_END, lambda _: self.step_end(w, plan, d))
 
-    def transfer(self, req, src, dst, tokens, cls, done, arg) -> None:
+    def transfer(self, req, src, dst, tokens, cls, done, arg, skip_blocks=0) -> None:
         self.loop.at(self.loop.now + 1e-3, EventKind.TRANSFER_END, done, arg)
 
     def run_phase(self, a, kv_blocks: int) -> None:

@@ -1,0 +1,95 @@
+"""FluidPD's KV-affinity routing: every candidate priced by the TTFT it predicts, from the cache.
+
+A new request's decode worker is chosen first: the one holding most of its context (its session's
+previous turn decoded there) among those with KV room and TBT slack, else the one with the most free
+KV. Then each candidate's predicted time to first token, at measured speeds:
+  prefill worker p:  its queue's uncached prefill work + this request's uncached prefill on p
+                     + moving the KV the decode worker lacks over the link
+  the decode worker: FluidToken chunks within its TBT slack (no transfer): its queue's and this
+                     request's uncached tokens over the chunk it fits per step, one SLO_TBT a step
+The least wins. A hot prefix whose holder's queue costs more than recomputing it elsewhere goes
+elsewhere (and is cached there next), so load spreads without a per-workload weight. One decision
+reads each candidate's cache once: O(workers x matched blocks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from fluidpd.core.request import Request
+from fluidpd.policy.fluidtoken import FluidToken
+from fluidpd.policy.routing import candidates
+from fluidpd.policy.view import ClusterView, Role, WorkerView, blocks_for
+
+KV_AFFINITY = "kv-affinity"
+
+
+class KvAffinity:
+    """Predicted-TTFT routing over prefill workers and the decode worker that holds the context."""
+
+    name = KV_AFFINITY
+    imitates = "FluidPD: predicted TTFT from uncached prefill, queue and KV moves"
+
+    def __init__(
+        self,
+        prefill_work: Callable[[float], float],
+        batch_tokens: Callable[[], int],
+        token: FluidToken,
+        move_s_per_token: float = 0.0,
+    ):
+        self.prefill_work = prefill_work  # f_P as this world runs it
+        self.batch_tokens = batch_tokens  # L_m: a prefill worker's batch (its throughput point)
+        self.token = token
+        self.move_s_per_token = move_s_per_token
+        self.on_decode = 0  # requests routed to prefill on their decode worker
+
+    def decode_for(self, req: Request, view: ClusterView) -> WorkerView:
+        """The decode worker for `req`: most of its context cached, with room and slack; else most room."""
+        pool = candidates(view.workers, Role.DECODE)
+        need = blocks_for(req.prompt_len + req.output_len, pool[0].block_size)
+        best, best_key = None, (0, 0)
+        for w in pool:
+            hit = w.cached_tokens(req) // w.block_size
+            room = w.free_blocks - w.pull_blocks_pending
+            if hit and room >= need - hit and self.token.slack(w) > 0 and (hit, room) > best_key:
+                best, best_key = w, (hit, room)
+        if best is not None:
+            return best
+        return min(pool, key=lambda w: (-(w.free_blocks - w.pull_blocks_pending), w.num_decoding, w.id))
+
+    def route(self, req: Request, view: ClusterView) -> int:
+        d = self.decode_for(req, view)
+        req.decode_hint = d.id
+        move_s = self.move_s_per_token * (req.prompt_len - d.cached_tokens(req))
+        best, best_s = -1, math.inf
+        for p in candidates(view.workers, Role.PREFILL):
+            t = self.queue_s(p) + self.prefill_work(req.prefill_target - p.cached_tokens(req)) + move_s
+            if t < best_s:
+                best, best_s = p.id, t
+        if self.on_decode_s(req, d) < best_s:
+            self.on_decode += 1
+            return d.id
+        return best
+
+    def queue_s(self, p: WorkerView) -> float:
+        """Prefill work queued on `p` (uncached tokens at its batch's throughput)."""
+        q = p.queued_uncached
+        if not q:
+            return 0.0
+        b = max(1, self.batch_tokens())
+        return q * self.prefill_work(b) / b
+
+    def on_decode_s(self, req: Request, d: WorkerView) -> float:
+        """Predicted TTFT of prefilling `req` on decode worker `d` within its slack (inf: no room or slack)."""
+        hit = d.cached_tokens(req)
+        if not hit:
+            return math.inf
+        need = blocks_for(req.prompt_len + req.output_len, d.block_size) - hit // d.block_size
+        if d.free_blocks - d.pull_blocks_pending < need:
+            return math.inf
+        chunk = self.token.chunk_tokens(d, hit)
+        if not chunk:
+            return math.inf
+        steps = -(-(d.queued_uncached + req.prefill_target - hit) // chunk)
+        return steps * self.token.slo_tbt_s
