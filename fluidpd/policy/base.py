@@ -29,7 +29,7 @@ class PolicyConfig:
     router: str = knob(
         "",
         "which worker takes a new request: least-loaded, shortest-queue, round-robin, sglang-cache-aware, "
-        "dynamo-kv, llm-d, or (fluidpd) kv-affinity; empty: the policy's own",
+        "dynamo-kv, llm-d, cache-affinity, or (fluidpd) kv-affinity; empty: the policy's own",
     )
     tick_s: float = 0.010  # control-plane cycle (FluidPD's 10 ms)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fluidpd.core.registry import Registry
+from fluidpd.policy.routers.affinity import CacheAffinity
 from fluidpd.policy.routers.base import Router
 from fluidpd.policy.routers.dynamo import DynamoKV
 from fluidpd.policy.routers.llmd import LlmD
@@ -10,7 +11,7 @@ from fluidpd.policy.routers.load import LeastLoaded, RoundRobin, ShortestQueue
 from fluidpd.policy.routers.sglang import SGLangCacheAware
 
 ROUTERS: Registry[type[Router]] = Registry("router")
-for _cls in (LeastLoaded, ShortestQueue, RoundRobin, SGLangCacheAware, DynamoKV, LlmD):
+for _cls in (LeastLoaded, ShortestQueue, RoundRobin, SGLangCacheAware, DynamoKV, LlmD, CacheAffinity):
     ROUTERS.add(_cls.name, _cls)
 
 
