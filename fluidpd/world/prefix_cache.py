@@ -12,17 +12,19 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import islice, takewhile
 
 
 class PrefixCache:
     """Reference counts of live blocks by hash, an LRU of evictable ones, each request's held run."""
 
-    __slots__ = ("held", "lru", "refs")
+    __slots__ = ("held", "known", "lru", "refs")
 
     def __init__(self) -> None:
         self.refs: dict[int, int] = {}  # live block hash -> requests holding it
         self.lru: OrderedDict[int, None] = OrderedDict()  # evictable cached blocks, least recently used first
         self.held: dict[int, int] = {}  # request id -> leading blocks of its hashes it holds refs on
+        self.known: set[int] = set()  # refs | lru: one membership test per block when matching
 
     @property
     def evictable(self) -> int:
@@ -34,17 +36,13 @@ class PrefixCache:
         return len(self.refs) + len(self.lru)
 
     def __contains__(self, h: int) -> bool:
-        return h in self.refs or h in self.lru
+        return h in self.known
 
     def match(self, hashes: Sequence[int], limit: int) -> int:
         """How many leading blocks of `hashes` (at most `limit`) are cached here, live or evictable."""
-        refs, lru = self.refs, self.lru
-        n = 0
-        for h in hashes:
-            if n >= limit or (h not in refs and h not in lru):
-                break
-            n += 1
-        return n
+        if limit <= 0 or not hashes or hashes[0] not in self.known:
+            return 0
+        return sum(1 for _ in takewhile(self.known.__contains__, islice(hashes, limit)))
 
     def acquire(self, rid: int, hashes: Sequence[int], n: int) -> int:
         """Request `rid` takes refs on hashes[:n] (all cached); returns how many it revived from the LRU."""
@@ -75,6 +73,7 @@ class PrefixCache:
             else:
                 lru.pop(h, None)  # an evictable copy: ours replaces it
                 refs[h] = 1
+                self.known.add(h)
         self.held[rid] = n
         return dropped
 
@@ -98,10 +97,11 @@ class PrefixCache:
                 continue
             lru[h] = None
             lru.move_to_end(h)
+            self.known.add(h)
         return held, unreferenced
 
     def evict(self, blocks: int) -> None:
         """Drop the `blocks` least recently used evictable blocks."""
-        lru = self.lru
+        lru, known = self.lru, self.known
         for _ in range(min(blocks, len(lru))):
-            lru.popitem(last=False)
+            known.discard(lru.popitem(last=False)[0])

@@ -34,8 +34,9 @@ class TinyWorld(World):
         prefill_workers: int = 1,
         refuse: dict[int, int] | None = None,
         block_size: int = 16,
+        router: str = "",
     ):
-        config = PolicyConfig(prefill_workers=prefill_workers, prefill_batch_tokens=256, chunk_budget=64)
+        config = PolicyConfig(prefill_workers=prefill_workers, prefill_batch_tokens=256, chunk_budget=64, router=router)
         pol = make_policy(policy, config, costs=COSTS if POLICIES.get(policy).needs_costs else None)
         super().__init__(
             pol, 1.0, kv_blocks, MetricsCollector(SLO, finished=[]), workers, block_size, lambda i: 0, EventLoop()

@@ -6,7 +6,8 @@ KV. Then each candidate's predicted time to first token, at measured speeds:
   prefill worker p:  its queue's uncached prefill work + this request's uncached prefill on p
                      + moving the KV the decode worker lacks over the link
   the decode worker: FluidToken chunks within its TBT slack (no transfer): its queue's and this
-                     request's uncached tokens over the chunk it fits per step, one SLO_TBT a step
+                     request's uncached tokens in steps of the chunk its slack fits, each step its
+                     decode time plus the chunk's marginal cost
 The least wins. A hot prefix whose holder's queue costs more than recomputing it elsewhere goes
 elsewhere (and is cached there next), so load spreads without a per-workload weight. One decision
 reads each candidate's cache once: O(workers x matched blocks).
@@ -44,30 +45,34 @@ class KvAffinity:
         self.move_s_per_token = move_s_per_token
         self.on_decode = 0  # requests routed to prefill on their decode worker
 
-    def decode_for(self, req: Request, view: ClusterView) -> WorkerView:
-        """The decode worker for `req`: most of its context cached, with room and slack; else most room."""
+    def decode_for(self, req: Request, view: ClusterView, hits: dict[int, int] | None = None) -> WorkerView:
+        """The decode worker for `req`: most of its context cached, with room and slack; else most room
+        (`hits`: each worker's cached tokens of `req`, filled in as read)."""
+        hits = {} if hits is None else hits
         pool = candidates(view.workers, Role.DECODE)
         need = blocks_for(req.prompt_len + req.output_len, pool[0].block_size)
         best, best_key = None, (0, 0)
         for w in pool:
-            hit = w.cached_tokens(req) // w.block_size
+            hit = hits[w.id] = w.cached_tokens(req)
+            blocks = hit // w.block_size
             room = w.free_blocks - w.pull_blocks_pending
-            if hit and room >= need - hit and self.token.slack(w) > 0 and (hit, room) > best_key:
-                best, best_key = w, (hit, room)
+            if blocks and room >= need - blocks and (blocks, room) > best_key and self.token.slack(w) > 0:
+                best, best_key = w, (blocks, room)
         if best is not None:
             return best
         return min(pool, key=lambda w: (-(w.free_blocks - w.pull_blocks_pending), w.num_decoding, w.id))
 
     def route(self, req: Request, view: ClusterView) -> int:
-        d = self.decode_for(req, view)
+        hits: dict[int, int] = {}
+        d = self.decode_for(req, view, hits)
         req.decode_hint = d.id
-        move_s = self.move_s_per_token * (req.prompt_len - d.cached_tokens(req))
+        move_s = self.move_s_per_token * (req.prompt_len - hits[d.id])
         best, best_s = -1, math.inf
         for p in candidates(view.workers, Role.PREFILL):
             t = self.queue_s(p) + self.prefill_work(req.prefill_target - p.cached_tokens(req)) + move_s
             if t < best_s:
                 best, best_s = p.id, t
-        if self.on_decode_s(req, d) < best_s:
+        if self.on_decode_s(req, d, hits[d.id]) <= best_s:
             self.on_decode += 1
             return d.id
         return best
@@ -80,16 +85,19 @@ class KvAffinity:
         b = max(1, self.batch_tokens())
         return q * self.prefill_work(b) / b
 
-    def on_decode_s(self, req: Request, d: WorkerView) -> float:
-        """Predicted TTFT of prefilling `req` on decode worker `d` within its slack (inf: no room or slack)."""
-        hit = d.cached_tokens(req)
+    def on_decode_s(self, req: Request, d: WorkerView, hit: int) -> float:
+        """Predicted TTFT of prefilling `req` on decode worker `d`, which holds `hit` tokens of it,
+        within its slack (inf: nothing cached there, or no room or slack)."""
         if not hit:
             return math.inf
         need = blocks_for(req.prompt_len + req.output_len, d.block_size) - hit // d.block_size
         if d.free_blocks - d.pull_blocks_pending < need:
             return math.inf
-        chunk = self.token.chunk_tokens(d, hit)
+        token = self.token
+        chunk = token.chunk_tokens(d, hit)
         if not chunk:
             return math.inf
-        steps = -(-(d.queued_uncached + req.prefill_target - hit) // chunk)
-        return steps * self.token.slo_tbt_s
+        full, rest = divmod(d.queued_uncached + req.prefill_target - hit, chunk)
+        b, scale, t_iter = d.num_decoding, token.cost_scale(d), token.t_iter(d)
+        t = full * (t_iter + token.chunk_cost(b, hit, chunk, scale))
+        return t + (t_iter + token.chunk_cost(b, hit, rest, scale) if rest else 0.0)

@@ -1,0 +1,88 @@
+"""The routers by name, each on real simulator workers whose caches hold known blocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from fluidpd.core.request import Request
+from fluidpd.policy.base import PolicyConfig
+from fluidpd.policy.registry import make_policy
+from fluidpd.policy.routers import ROUTERS, make_router
+from fluidpd.policy.view import Role
+from fluidpd.world.worker import WorkerState
+
+
+def worker(wid: int, blocks: int = 100) -> WorkerState:
+    return WorkerState(wid, Role.COLOCATED, 0, blocks, 16)
+
+
+def cache(w: WorkerState, hashes) -> None:
+    """Leave `hashes` cached (evictable) on `w`, as a finished request would."""
+    r = Request(10_000 + w.id, 0.0, 16 * len(hashes) + 1, 1, block_hashes=list(hashes))
+    w.allocate(len(hashes))
+    w.register(r, 16 * len(hashes))
+    w.release(r, len(hashes), 16 * len(hashes))
+
+
+def busy(w: WorkerState, n: int, tokens: int = 16) -> None:
+    for i in range(n):
+        w.enqueue(Request(1000 * (w.id + 1) + i, 0.0, tokens, 1))
+
+
+def new(hashes, prompt: int = 16 * 8 + 1) -> Request:
+    return Request(1, 0.0, prompt, 8, block_hashes=list(hashes))
+
+
+def test_every_router_is_built_by_name_and_an_unknown_one_is_a_clear_error():
+    assert {"round-robin", "shortest-queue", "sglang-cache-aware", "dynamo-kv", "llm-d"} <= set(ROUTERS)
+    with pytest.raises(ValueError, match="unknown router 'nope'"):
+        make_policy("chunked", PolicyConfig(router="nope"))
+    with pytest.raises(ValueError, match="unknown router 'kv-affinity'"):  # fluidpd's own, priced by its costs
+        make_policy("static-pd", PolicyConfig(router="kv-affinity"))
+    assert make_policy("static-pd", PolicyConfig(router="llm-d")).label == "static-pd+llm-d"
+
+
+def test_round_robin_takes_turns():
+    ws = [worker(i) for i in range(3)]
+    rr = make_router("round-robin")
+    assert [rr.pick(new([]), ws, None).id for _ in range(4)] == [0, 1, 2, 0]
+
+
+def test_sglang_goes_to_the_best_match_above_its_threshold_else_the_smallest_cache():
+    a, b, c = worker(0), worker(1), worker(2)
+    cache(a, range(6))
+    cache(b, [*range(2), 90, 91, 92, 93, 94])
+    r = make_router("sglang-cache-aware")
+    assert r.pick(new(range(8)), [a, b, c], None) is a  # 96 of 129 tokens cached on a: above 0.5
+    assert r.pick(new([0, 1, 50, 51, 52, 53, 54, 55]), [a, b, c], None) is c  # 32 of 129: the smallest cache
+    busy(a, 40)  # imbalance past 32 outstanding requests: shortest queue, cache or not
+    assert r.pick(new(range(8)), [a, b, c], None) in (b, c)
+
+
+def test_dynamo_weighs_prefill_blocks_against_active_blocks():
+    a, b = worker(0), worker(1)
+    cache(a, range(6))
+    r = make_router("dynamo-kv")
+    assert r.pick(new(range(8)), [a, b], None) is a  # 6 fewer blocks to prefill
+    b_free_of_load = r.pick(new(range(8)), [a, b], None)
+    busy(a, 1, tokens=16 * 7)  # 7 queued blocks to prefill outweigh the 6 cached
+    assert b_free_of_load is a and r.pick(new(range(8)), [a, b], None) is b
+
+
+def test_llmd_scores_prefix_twice_kv_and_queue_once():
+    a, b = worker(0), worker(1)
+    cache(a, range(8))
+    r = make_router("llm-d")
+    assert r.pick(new(range(8)), [a, b], None) is a  # prefix 2 x 1.0 beats the queue's tie
+    busy(a, 3)
+    assert r.pick(new(range(8)), [a, b], None) is a  # prefix 2 > queue 1 + kv
+    cache(b, range(5))
+    assert r.pick(new(range(8)), [a, b], None) is b  # 2 x 5/8 + queue 1 + kv 1 > 2 x 1 + queue 0 + kv 1
+
+
+def test_cache_affinity_ignores_load():
+    a, b = worker(0), worker(1)
+    cache(a, range(3))
+    busy(a, 50)
+    assert make_router("cache-affinity").pick(new(range(8)), [a, b], None) is a
+    assert make_router("least-loaded").pick(new(range(8)), [a, b], None) is b
