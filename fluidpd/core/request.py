@@ -42,7 +42,6 @@ class Request:
     cached_tokens: int = 0  # prompt tokens whose prefill its first admission skipped (a cache hit)
     cache_queried: bool = False  # its first admission looked the cache up (recomputes are not counted)
     queued_hit: int = 0  # until it starts: cached tokens the worker whose queue holds it is expected to skip
-    decode_hint: int = -1  # the decode worker routing chose for it (KV affinity; -1: none)
     session: int = -1  # closed-loop session (-1: none)
     think_time_s: float = 0.0  # the pause after its session's previous request completed
 

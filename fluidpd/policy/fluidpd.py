@@ -37,7 +37,7 @@ from fluidpd.policy.fluidtoken import FluidToken
 from fluidpd.policy.routers.kv_affinity import KV_AFFINITY, KvAffinity
 from fluidpd.policy.static_pd import StaticPD
 from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index
-from fluidpd.policy.view import ClusterView, Role, blocks_for
+from fluidpd.policy.view import ClusterView, Role
 
 BALANCED = "balanced"
 PREFILL_SPIKE = "prefill-spike"
@@ -102,13 +102,7 @@ class FluidPD(StaticPD):
     def handoff(self, req, worker, view):
         if worker.role is Role.DECODE:
             return None  # prefilled on a decode worker: the KV is already where the request decodes
-        if self.affinity is not None:
-            hint = req.decode_hint
-            ws = view.workers
-            if 0 <= hint < len(ws) and ws[hint].role is Role.DECODE and ws[hint].routable:
-                w = ws[hint]
-                if w.free_blocks - w.pull_blocks_pending >= blocks_for(req.context_len, w.block_size):
-                    return hint
+        if self.affinity is not None:  # the decode worker holding most of its context, with room and slack
             return self.affinity.decode_for(req, view).id
         return routing.least_loaded_decode(view.workers)
 

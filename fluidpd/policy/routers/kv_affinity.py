@@ -65,7 +65,6 @@ class KvAffinity:
     def route(self, req: Request, view: ClusterView) -> int:
         hits: dict[int, int] = {}
         d = self.decode_for(req, view, hits)
-        req.decode_hint = d.id
         move_s = self.move_s_per_token * (req.prompt_len - hits[d.id])
         best, best_s = -1, math.inf
         for p in candidates(view.workers, Role.PREFILL):
