@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -52,9 +53,11 @@ def register(sub) -> None:
     p.add_argument("--duration", type=positive(float), default=None, help="evaluated window length, s (default: all)")
     p.add_argument(
         "--placement",
-        help="starting P/D split: auto (placement search on the --history s before --start) or a fluidpd place JSON",
+        help="starting P/D split: auto (placement search on the --history s before --start; with chunked, "
+        "its --chunk-budget too unless given) or a fluidpd place JSON",
     )
     p.add_argument("--history", type=positive(float), default=600.0, help="seconds of history for --placement auto")
+    p.set_defaults(chunk_budget=None)  # not given: the knob's default, or with --placement auto chunked's tuned one
     p.add_argument("--out", type=Path, help="write the rows as JSON")
     p.add_argument("--plot", type=Path, help="directory for CDF and timeline PNGs")
     p.add_argument("--goodput", action="store_true", help="binary-search the rate scale at 90%% attainment")
@@ -95,6 +98,9 @@ def run_policy(trace: Trace, policy: str, setup: Setup, label: str = "") -> SimR
 
 def run(args) -> int:
     policies = parse_policies(args.policy)
+    budget_given = args.chunk_budget is not None
+    if not budget_given:
+        args.chunk_budget = PolicyConfig().chunk_budget
     setup = setup_from_args(args)
     setup.roofline().kv_blocks(setup.sim.block_size)  # fails early if the weights don't fit
     base = load_trace(args.trace, seed=args.seed, **(session_options(args.trace) if args.sessions else {}))
@@ -110,18 +116,24 @@ def run(args) -> int:
     trace = window(args.rate_scale)
     if len(trace) == 0:
         raise ValueError("the trace window holds no requests")
+    history = None
     if args.placement:
         history = base.scale_rate(args.rate_scale).window(max(0.0, args.start - args.history), args.history)
         k, how = placed_split(args.placement, history if args.start > 0 else None, setup)
         setup.policy.prefill_workers = k
         print(f"placement: {k}P:{setup.sim.n_workers - k}D ({how})", file=sys.stderr)
+    setups = dict.fromkeys(policies, setup)
+    if history is not None and args.placement == "auto" and "chunked" in policies and not budget_given:
+        b, how = placed_budget(history, setup)
+        setups["chunked"] = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, chunk_budget=b))
+        print(f"chunk budget: {b} ({how})", file=sys.stderr)
     results, rows = [], []
     for name in policies:
-        result = run_policy(trace, name, setup)
+        result = run_policy(trace, name, setups[name])
         row = result.row()
         if args.goodput:
             row["goodput_rate_scale"] = goodput_rate_scale(
-                lambda x, name=name: simulate(window(x), name, setup).summary["attainment"],
+                lambda x, name=name: simulate(window(x), name, setups[name]).summary["attainment"],
                 start=args.rate_scale,
             )
         results.append(result)
@@ -153,6 +165,17 @@ def placed_split(placement: str, history: Trace | None, setup: Setup) -> tuple[i
     return (
         k,
         f"auto: static-pd attainment {scores[k]:.1%} on {len(history)} requests of history, the best of {n - 1} splits",
+    )
+
+
+def placed_budget(history: Trace, setup: Setup) -> tuple[int, str]:
+    """chunked's token budget searched on `history` (`best_chunk_budget`), and a line saying why."""
+    from fluidpd.placement.plan import CHUNK_BUDGETS, best_chunk_budget
+
+    b, scores = best_chunk_budget(history, setup, CHUNK_BUDGETS)
+    return b, (
+        f"auto: chunked attainment {scores[b]:.1%} on {len(history)} requests of history, "
+        f"the best of {len(scores)} budgets"
     )
 
 

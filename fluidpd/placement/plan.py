@@ -1,9 +1,11 @@
-"""Placement from a history window: the search on a model, GPU and SLOs, and the split of a fixed
-cluster that `fluidpd simulate` and `fluidpd experiment` start their P/D policies from."""
+"""Placement from a history window: the search on a model, GPU and SLOs, the split of a fixed
+cluster that `fluidpd simulate` and `fluidpd experiment` start their P/D policies from, and the
+token budget they run chunked with."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from fluidpd.core.metrics import Slo
@@ -19,11 +21,17 @@ from fluidpd.workload.fitted import WorkloadModel
 from fluidpd.workload.trace import Trace
 
 MIN_HISTORY = 20  # requests: fewer fit no distribution worth searching on
+CHUNK_BUDGETS = (128, 192, 256, 384, 512, 768, 1024)  # chunked's tokens per mixed step, as searched on history
+
+
+def check_history(history: Trace, what: str) -> None:
+    """A ValueError unless `history` holds at least MIN_HISTORY requests to pick `what` from."""
+    if len(history) < MIN_HISTORY:
+        raise ValueError(f"the history window holds {len(history)} requests; {what} needs at least {MIN_HISTORY}")
 
 
 def fit_history(history: Trace, replay: bool = False) -> WorkloadModel:
-    if len(history) < MIN_HISTORY:
-        raise ValueError(f"the history window holds {len(history)} requests; a placement needs at least {MIN_HISTORY}")
+    check_history(history, "a placement")
     return WorkloadModel.fit(history, replay=replay)
 
 
@@ -84,10 +92,25 @@ def fixed_split(history: Trace, setup: Setup) -> tuple[int, dict[int, float]]:
     n = setup.sim.n_workers
     if n < 2:
         raise ValueError("a P/D split needs at least 2 workers")
-    if len(history) < MIN_HISTORY:
-        raise ValueError(f"the history window holds {len(history)} requests; a split needs at least {MIN_HISTORY}")
+    check_history(history, "a split")
     scores = {}
     for k in range(1, n):
         s = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, prefill_workers=k))
         scores[k] = simulate(history, "static-pd", s).summary["attainment"]
+    return middle_of_best(scores), scores
+
+
+def best_chunk_budget(
+    history: Trace, setup: Setup, budgets: Sequence[int] = CHUNK_BUDGETS
+) -> tuple[int, dict[int, float]]:
+    """The token budget chunked runs with, picked from history: every budget of `budgets` simulated
+    under chunked on the history window, the highest joint attainment kept (ties: the middle one of
+    the best, in increasing budget)."""
+    if not budgets:
+        raise ValueError("a chunk budget search needs at least one candidate budget")
+    check_history(history, "a chunk budget")
+    scores = {}
+    for b in sorted(set(budgets)):
+        s = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, chunk_budget=b))
+        scores[b] = simulate(history, "chunked", s).summary["attainment"]
     return middle_of_best(scores), scores

@@ -7,7 +7,7 @@ import pytest
 
 from fluidpd.core.metrics import Slo
 from fluidpd.placement.config import PlaceConfig
-from fluidpd.placement.plan import estimator, fit_history, fixed_split, split_of
+from fluidpd.placement.plan import CHUNK_BUDGETS, best_chunk_budget, estimator, fit_history, fixed_split, split_of
 from fluidpd.placement.search import search
 from fluidpd.placement.verify import fine, verify
 from fluidpd.policy.base import PolicyConfig
@@ -111,6 +111,25 @@ def test_fixed_split_is_the_best_static_split_on_history():
         fixed_split(history.head(5), setup)
     with pytest.raises(ValueError, match="history"):
         fit_history(history.head(5))
+
+
+def test_best_chunk_budget_is_the_middle_of_the_best_on_history():
+    setup = Setup(get_model("llama-3.1-8b", "bf16"), get_hardware("h100"), Slo(1.0, 0.015), SimConfig(n_workers=1))
+    rng = np.random.default_rng(4)
+    history = sample_requests(rng.integers(1000, 3000, 300), rng.integers(20, 100, 300), 8.0, n=300, seed=5)
+    b, scores = best_chunk_budget(history, setup)
+    assert list(scores) == list(CHUNK_BUDGETS)
+    s = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, chunk_budget=768))
+    assert scores[768] == simulate(history, "chunked", s).summary["attainment"]
+    # small chunks queue prompts past the TTFT SLO, large ones stretch decode steps past the TBT SLO
+    assert scores[128] < 0.5 and scores[1024] < 0.8
+    assert [k for k in scores if scores[k] == 1.0] == [192, 256, 384] and b == 256
+    b, scores = best_chunk_budget(history, setup, (384, 192, 192, 256))  # searched once each, in increasing order
+    assert b == 256 and list(scores.items()) == [(192, 1.0), (256, 1.0), (384, 1.0)]
+    with pytest.raises(ValueError, match="at least one candidate"):
+        best_chunk_budget(history, setup, ())
+    with pytest.raises(ValueError, match="history window holds 5 requests; a chunk budget needs at least 20"):
+        best_chunk_budget(history.head(5), setup)
 
 
 def test_split_of_a_placement_keeps_its_gpu_share():

@@ -132,3 +132,36 @@ def test_sessions_with_the_cache_on_and_off(tmp_path):
     assert on["prefix_cache_oracle_hit_rate"] == off["prefix_cache_oracle_hit_rate"] > 0
     p = fluidpd(*BASE, "--trace", "azure_code", "--sessions", "--policy", "chunked")
     assert p.returncode != 0 and "has no sessions" in p.stderr
+
+
+WINDOW = ["--trace", "azure_code", "--workers", "2", "--start", "300", "--history", "120", "--duration", "60"]
+
+
+def chunked_row(tmp_path, *args) -> tuple[dict, str]:
+    """The chunked row (less its wall time) of a run on WINDOW, and the run's stderr."""
+    out = tmp_path / "rows.json"
+    p = fluidpd(*BASE, *WINDOW, "--policy", "chunked,static-pd", "--out", str(out), *args)
+    assert p.returncode == 0, p.stderr
+    row = next(r for r in json.loads(out.read_text()) if r["policy"] == "chunked")
+    row.pop("sim_wall_s")
+    return row, p.stderr
+
+
+def test_placement_auto_tunes_chunkeds_budget_on_the_history_and_runs_with_it(tmp_path):
+    from fluidpd.placement.plan import CHUNK_BUDGETS
+
+    row, err = chunked_row(tmp_path, "--placement", "auto")
+    (split,) = [x for x in err.splitlines() if x.startswith("placement: ")]
+    (line,) = [x for x in err.splitlines() if x.startswith("chunk budget: ")]
+    budget = int(line.split()[2])
+    assert budget in CHUNK_BUDGETS and f"the best of {len(CHUNK_BUDGETS)} budgets" in line
+    history = "on 718 requests of history"  # the split's history is the budget's
+    assert history in split and history in line
+    assert row == chunked_row(tmp_path, "--chunk-budget", str(budget))[0]
+
+
+def test_placement_auto_keeps_a_given_chunk_budget(tmp_path):
+    row, err = chunked_row(tmp_path, "--placement", "auto", "--chunk-budget", "48")
+    assert "placement: " in err and "chunk budget" not in err
+    assert row == chunked_row(tmp_path, "--chunk-budget", "48")[0]
+    assert row != chunked_row(tmp_path, "--placement", "auto")[0]  # the tuned budget would have run otherwise

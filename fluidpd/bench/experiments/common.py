@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fluidpd.bench.simrun import attainment_between, run_instrumented
+from fluidpd.bench.simrun import attainment_between
 from fluidpd.core.metrics import Slo
+from fluidpd.placement.plan import CHUNK_BUDGETS
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.sim.config import SimConfig
 from fluidpd.sim.run import Setup, SimResult
@@ -24,7 +25,6 @@ JITTER_CV = 0.05
 SLO = Slo(ttft_s=2.0, tbt_s=0.040)
 BASELINE_SPLIT = 2  # the seed's static 2P:6D
 SPLITS = tuple(range(1, N_WORKERS))
-CHUNK_BUDGETS = (128, 192, 256, 384, 512, 768, 1024)
 FULL_WINDOW_S, QUICK_WINDOW_S = 600.0, 300.0
 PHASE_SHIFT = {"surge_rate": 5.0, "wave_rate": 1.0, "cycles": 2}
 
@@ -121,7 +121,7 @@ def headline_of(wl: Workload, scales: tuple[float, ...]) -> float:
 def tune_on_history(history: Trace, placement: str, seed: int, tick=None) -> dict:
     """What the deployable systems get tuned on: the distserve split and chunked's budget, each the
     best by joint attainment on the history window (ties: the middle of the best)."""
-    from fluidpd.placement.plan import fixed_split, middle_of_best, split_of
+    from fluidpd.placement.plan import best_chunk_budget, fixed_split, split_of
     from fluidpd.placement.search import load_placement
 
     if placement == "auto":
@@ -130,18 +130,14 @@ def tune_on_history(history: Trace, placement: str, seed: int, tick=None) -> dic
         k, scores = split_of(load_placement(placement), N_WORKERS), {}
     if tick:
         tick(len(SPLITS))
-    chunked = {}
-    for b in CHUNK_BUDGETS:
-        chunked[b] = run_instrumented(history, "chunked", setup(BASELINE_SPLIT, seed, chunk_budget=b)).summary[
-            "attainment"
-        ]
-        if tick:
-            tick(1)
+    budget, chunked = best_chunk_budget(history, setup(BASELINE_SPLIT, seed), CHUNK_BUDGETS)
+    if tick:
+        tick(len(CHUNK_BUDGETS))
     return {
         "split": k,
         "split_label": split_label(k),
         "split_attainment": {split_label(j): v for j, v in scores.items()},
-        "chunk_budget": middle_of_best(chunked),
+        "chunk_budget": budget,
         "chunk_budget_attainment": chunked,
     }
 
