@@ -207,12 +207,14 @@ class FluidToken:
         """A decode worker's step: every decode, plus borrowed prefill chunks within C_chunk."""
         plan = StepPlan([], w.num_decoding > 0)
         if w.queue:
+            head = w.queue[0]
+            prior = head.kv_prior or head.queued_hit  # an unstarted head starts after its cached prefix
             if not plan.decode:  # nothing decodes yet, but a hand-off may land any moment: keep
                 # the step within what a decode step's slack would allow, so its first gap stays bounded
-                budget = self.chunk_tokens(w, w.queue[0].kv_prior) or self.config.min_chunk
+                budget = self.chunk_tokens(w, prior) or self.config.min_chunk
                 plan.chunks = chunks_within(w, budget, max_num_seqs)
                 return plan
-            budget = self.chunk_tokens(w, w.queue[0].kv_prior)
+            budget = self.chunk_tokens(w, prior)
             if budget:
                 plan.chunks = chunks_within(w, budget, max_num_seqs)
         return plan
@@ -263,9 +265,9 @@ class FluidToken:
         )
 
     def _home(self, req: Request, free: list, room: dict[int, int], slack: dict[int, float]) -> WorkerView | None:
-        """The worker with the most room that can hold the whole request and whose slack would
-        still fit the prompt's last chunk (so a borrowed prompt cannot stall behind the decodes);
-        `room` and `slack` by worker id."""
+        """The worker with the most room that can hold the whole request, whose slack would still
+        fit the prompt's last chunk (so a borrowed prompt cannot stall behind the decodes), and that
+        holds at least the cached prefix its prefill worker would skip; `room` and `slack` by worker id."""
         step = self.config.min_chunk
         need = blocks_for(req.prompt_len + req.output_len, free[0].block_size)
         fits = [
@@ -273,6 +275,7 @@ class FluidToken:
             for w in free
             if room[w.id] >= need
             and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step, self.cost_scale(w)) <= slack[w.id]
+            and (not req.queued_hit or w.cached_tokens(req) >= req.queued_hit)  # never lose a cached prefix
         ]
         return max(fits, key=lambda w: (room[w.id], -w.id)) if fits else None
 

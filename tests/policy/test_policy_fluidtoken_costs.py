@@ -48,7 +48,7 @@ def _worker(**kw):
 def test_the_guard_learns_decode_jitter_not_the_cost_models_error():
     token = FluidToken(Polynomial((1e-5, 0.0)), 0.04)
     w = _worker()
-    req = SimpleNamespace(kv_prior=0)
+    req = SimpleNamespace(kv_prior=0, queued_hit=0)
     decode_only, mixed = StepPlan(decode=True), StepPlan(decode=True, chunks=[(req, 500)])
     token.observe(w, 0.020, decode_only)  # T_iter
     for i in range(200):
@@ -60,7 +60,7 @@ def test_the_guard_learns_decode_jitter_not_the_cost_models_error():
 
 def test_an_idle_decode_worker_keeps_prefill_steps_within_a_decode_slack():
     token = FluidToken(Polynomial((1e-4, 0.0)), 0.04)  # 100 us per token: 0.04 s holds < 400
-    req = SimpleNamespace(kv_prior=0, prefill_remaining=5000, prefilled=0, prefill_target=5000, worker=-1)
+    req = SimpleNamespace(kv_prior=0, queued_hit=0, prefill_remaining=5000, prefilled=0, prefill_target=5000, worker=-1)
     w = _worker(num_decoding=0, queue=[req], num_prefilling=0, num_held=0, free_blocks=1000, block_size=16)
     plan = token.plan(w, 256)
     assert not plan.decode and plan.chunks
@@ -100,7 +100,7 @@ def test_ppi_follows_the_measured_prefill_speed():
     s = setup_70b()
     pol = FluidPD(s.policy, s.fluid, s.costs(s.roofline()))
     w = SimpleNamespace(id=0, role=Role.PREFILL)
-    req = SimpleNamespace(kv_prior=0)
+    req = SimpleNamespace(kv_prior=0, queued_hit=0)
     plan = StepPlan(chunks=[(req, 2048)])
     modelled = pol.costs.prefill_time(2048)
     for _ in range(10):
@@ -115,7 +115,7 @@ def test_ppi_follows_the_measured_prefill_speed():
 def test_chunks_cheaper_than_the_jitter_do_not_move_the_cost_scale():
     token = FluidToken(Polynomial((1e-5, 0.0)), 0.04)
     w = _worker()
-    req = SimpleNamespace(kv_prior=0)
+    req = SimpleNamespace(kv_prior=0, queued_hit=0)
     token.observe(w, 0.020, StepPlan(decode=True))
     for i in range(100):
         token.observe(w, 0.020 + (0.002 if i % 2 else 0.0), StepPlan(decode=True))
