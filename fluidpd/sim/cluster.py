@@ -85,6 +85,7 @@ class SimCluster(World):
         self._trace_block = trace.hash_block_size or 0
         self._turns = Turns(trace)
         self._thinking = 0  # sessions' next requests scheduled to arrive
+        self.sent: list[int] = []  # trace indices in the order the requests arrived (closed loops reorder)
 
     def active(self) -> bool:
         return bool(self.outstanding) or bool(self._thinking) or self.loop.now < self.trace.arrival_s[-1]
@@ -118,6 +119,7 @@ class SimCluster(World):
         if t.session is not None:
             req.session, req.think_time_s = int(t.session[i]), self._turns.think_s[i]
         self.outstanding += 1
+        self.sent.append(i)
         self.submit(req)
 
     def _next_turn(self, req: Request) -> None:

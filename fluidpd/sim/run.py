@@ -130,7 +130,8 @@ def run_cluster(cluster: SimCluster, policy_name: str, progress=None, before_run
 
 def prefix_cache_summary(cluster: SimCluster) -> dict:
     """Token hit rates: per worker and in all (prompt tokens of first admissions a cached prefix
-    skipped), next to the infinite-cache oracle's for the trace (`oracle_hits`), where it has block ids."""
+    skipped), next to the infinite-cache oracle's over the same requests (`oracle_hits`), where the
+    trace has block ids."""
     ws = cluster.workers
     hits, queries = sum(w.prefix_cache_hits for w in ws), sum(w.prefix_cache_queries for w in ws)
     out: dict = {
@@ -138,5 +139,8 @@ def prefix_cache_summary(cluster: SimCluster) -> dict:
         "prefix_cache_hit_rate_by_worker": [hit_rate(w.prefix_cache_hits, w.prefix_cache_queries) for w in ws],
     }
     if cluster.trace.hash_ids is not None:
-        out["prefix_cache_oracle_hit_rate"] = hit_rate(*oracle_hits(cluster.trace, cluster.config.block_size))
+        # over the requests the hit rate counts (admitted), in the order this run had them arrive
+        # (a closed loop's differs from the trace's)
+        hits_queries = oracle_hits(cluster.trace, cluster.config.block_size, cluster.sent, set(cluster.queried))
+        out["prefix_cache_oracle_hit_rate"] = hit_rate(*hits_queries)
     return out

@@ -53,18 +53,26 @@ def trace_block_ids(trace: Trace, block: int) -> Iterator[list[int]]:
         yield world_block_ids(ids, trace.hash_block_size, block, named_tokens(trace, i)).tolist()
 
 
-def oracle_hits(trace: Trace, block: int) -> tuple[int, int]:
-    """(prompt tokens an infinite cache would skip, prompt tokens): a request's leading block is
-    reusable if an earlier request (trace order) held that id, and so on while every block before it
-    is; at most all but its last prompt token, as the cache."""
+def oracle_hits(
+    trace: Trace, block: int, order: list[int] | None = None, counted: set[int] | None = None
+) -> tuple[int, int]:
+    """(prompt tokens an infinite cache would skip, prompt tokens) over the requests in `order` (trace
+    indices in the order they arrived; default every request in trace order), counting those in
+    `counted` (default all; e.g. the ones a run admitted): a request's leading block is reusable if
+    an earlier one held that id, and so on while every block before it is; at most all but its last
+    prompt token, as the cache."""
+    ids = list(trace_block_ids(trace, block))
+    prompts = trace.prompt_len.tolist()
     seen: set[int] = set()
-    hits = 0
-    for ids, prompt in zip(trace_block_ids(trace, block), trace.prompt_len.tolist()):
-        limit, n = (prompt - 1) // block, 0
-        for h in ids:
-            if n >= limit or h not in seen:
-                break
-            n += 1
-        hits += n * block
-        seen.update(ids)
-    return hits, int(trace.prompt_len.sum())
+    hits = total = 0
+    for i in range(len(ids)) if order is None else order:
+        if counted is None or i in counted:
+            limit, n = (prompts[i] - 1) // block, 0
+            for h in ids[i]:
+                if n >= limit or h not in seen:
+                    break
+                n += 1
+            hits += n * block
+            total += prompts[i]
+        seen.update(ids[i])
+    return hits, total

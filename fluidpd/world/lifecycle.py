@@ -47,6 +47,7 @@ class World(Elastic, Recovery):
         self.workers = [WorkerState(i, r, node_of(i), blocks[i], block_size) for i, r in enumerate(roles)]
         self.outstanding = 0
         self.kv_tokens_moved = 0  # KV tokens hand-offs and migrations sent over links
+        self.queried: list[int] = []  # ids of requests whose first admission looked the cache up, in order
         self.timeline = Timeline(len(self.workers))
         self.spreads: dict = {}
         self.prefill_kv_fraction = 1.0
@@ -191,6 +192,7 @@ class World(Elastic, Recovery):
         req.worker = w.id
         if isinstance(req, Request) and not req.cache_queried:
             req.cache_queried = True
+            self.queried.append(req.id)
             req.cached_tokens = hit
             w.prefix_cache_queries += req.prompt_len
             w.prefix_cache_hits += hit

@@ -42,3 +42,11 @@ def test_oracle_counts_prefix_closed_reuse_and_leaves_the_last_token():
     # second: 1, 2 (its own 4 is new); third: 9 is new, so nothing; fourth: all 3 seen, 2 usable
     assert (hits, queries) == (32 + 0 + 32, 4 * 48)
     assert oracle_hits(Trace("n", [0.0], [48], [1]), 16) == (0, 48)
+
+
+def test_oracle_follows_the_arrival_order_a_run_had():
+    ids = [[1, 2, 3], [1, 2, 4], [9, 2, 3], [1, 2, 3]]
+    t = Trace("o", np.arange(4.0), [48] * 4, [1] * 4, [np.array(i) for i in ids], 16)
+    # the fourth first, then the first: 32 tokens hit; the second only arrived, the third never did
+    assert oracle_hits(t, 16, [3, 0, 1]) == (32 + 32, 3 * 48)
+    assert oracle_hits(t, 16, [3, 0, 1], {1}) == (32, 48)  # only the second counted: what it reuses

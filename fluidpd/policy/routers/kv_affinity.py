@@ -4,6 +4,7 @@ A new request's decode worker is chosen first: the one holding most of its conte
 previous turn decoded there) among those with KV room and TBT slack, else the one with the most free
 KV. Then each candidate's predicted time to first token, at measured speeds:
   prefill worker p:  its queue's uncached prefill work + this request's uncached prefill on p
+                     (f_P of its new tokens plus their attention over the cached prefix)
                      + moving the KV the decode worker lacks over the link
   the decode worker: FluidToken chunks within its TBT slack (no transfer): its queue's and this
                      request's uncached tokens in steps of the chunk its slack fits, each step its
@@ -67,8 +68,11 @@ class KvAffinity:
         d = self.decode_for(req, view, hits)
         move_s = self.move_s_per_token * (req.prompt_len - hits[d.id])
         best, best_s = -1, math.inf
+        pair_s = self.token.attn_pair_s
         for p in candidates(view.workers, Role.PREFILL):
-            t = self.queue_s(p) + self.prefill_work(req.prefill_target - p.cached_tokens(req)) + move_s
+            hit = p.cached_tokens(req)
+            new = req.prefill_target - hit
+            t = self.queue_s(p) + self.prefill_work(new) + pair_s * new * hit + move_s
             if t < best_s:
                 best, best_s = p.id, t
         if self.on_decode_s(req, d, hits[d.id]) <= best_s:
