@@ -51,6 +51,7 @@ class Policy:
     needs_costs = False  # built with a CostModel the world fits (see `build`)
     prefilled_arrivals = False  # requests arrive with their prompt's KV in place (the decode phase alone)
     default_router = "least-loaded"
+    follows_kv = False  # next turns go where a request's KV went: a hand-off's source copy evicts first
     own_routers: tuple[str, ...] = ()  # routers this policy builds itself (not in ROUTERS)
 
     def __init__(self, config: PolicyConfig | None = None):

@@ -81,6 +81,7 @@ class FluidPD(StaticPD):
             self.affinity = KvAffinity(
                 self.prefill_work, lambda: self.config.prefill_batch_tokens, self.token, costs.kv_move_s_per_token
             )
+            self.follows_kv = True
 
     @classmethod
     def build(cls, config=None, fluid=None, costs=None):

@@ -313,7 +313,7 @@ class World(Elastic, Recovery):
     def _pulled(self, arg: tuple[Request, WorkerState, WorkerState]) -> None:
         req, src, d = arg
         del src.held[req.id]
-        src.release(req)  # the source keeps the prompt cached
+        src.release(req, moved=self.policy.follows_kv)  # the source keeps the prompt cached
         d.register(req, WorkerState.stored(req))  # arrived KV is cached on the decode worker
         src.transfers_out -= 1
         d.transfers_in -= 1

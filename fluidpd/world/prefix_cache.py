@@ -77,13 +77,15 @@ class PrefixCache:
         self.held[rid] = n
         return dropped
 
-    def release(self, rid: int, hashes: Sequence[int], n: int) -> tuple[int, int]:
+    def release(self, rid: int, hashes: Sequence[int], n: int, demote: bool = False) -> tuple[int, int]:
         """`rid` lets go: its refs drop (a block nobody holds becomes evictable) and its private blocks
         among hashes[:n] become evictable unless cached already. Tail first, as vLLM frees, so the LRU
-        evicts a prefix's end before its start. Returns (blocks it held, of which now unreferenced)."""
+        evicts a prefix's end before its start; with `demote` they join the LRU's old end instead (a
+        copy that lives on where the request went). Returns (blocks it held, of which now unreferenced)."""
         held = self.held.pop(rid, 0)
         refs, lru = self.refs, self.lru
         unreferenced = 0
+        freed = []  # tail first
         for i in range(max(n, held) - 1, -1, -1):
             h = hashes[i]
             if i < held:
@@ -95,9 +97,11 @@ class PrefixCache:
                 unreferenced += 1
             elif h in refs:
                 continue
+            freed.append(h)
+        for h in reversed(freed) if demote else freed:
             lru[h] = None
-            lru.move_to_end(h)
-            self.known.add(h)
+            lru.move_to_end(h, last=not demote)
+        self.known.update(freed)
         return held, unreferenced
 
     def evict(self, blocks: int) -> None:

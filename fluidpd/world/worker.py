@@ -222,9 +222,10 @@ class WorkerState:
         if hashes:
             self.free(self.cache.register(req.id, hashes, min(len(hashes), tokens // self.block_size)))
 
-    def release(self, req: Request, blocks: int | None = None, tokens: int | None = None) -> None:
+    def release(self, req: Request, blocks: int | None = None, tokens: int | None = None, moved: bool = False) -> None:
         """Free `req`'s KV here: `blocks` blocks (default `blocks_of(req)`); its full hashed blocks
-        among its first `tokens` tokens of valid KV (default `stored(req)`) stay cached, evictable."""
+        among its first `tokens` tokens of valid KV (default `stored(req)`) stay cached, evictable
+        (`moved`: its KV lives on where it went, so these are the first to evict)."""
         if blocks is None:
             blocks = self.blocks_of(req)
         hashes = req.block_hashes
@@ -233,7 +234,7 @@ class WorkerState:
             return
         if tokens is None:
             tokens = self.stored(req)
-        held, unreferenced = self.cache.release(req.id, hashes, min(len(hashes), tokens // self.block_size))
+        held, unreferenced = self.cache.release(req.id, hashes, min(len(hashes), tokens // self.block_size), moved)
         self.free(blocks - held + unreferenced)
 
     # --- prefill queue ------------------------------------------------------------------

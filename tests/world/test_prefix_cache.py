@@ -25,6 +25,17 @@ def test_release_keeps_blocks_evictable_tail_first_and_acquire_revives_them():
     assert not c.lru and c.match([10, 11, 12], 3) == 2
 
 
+def test_a_demoted_release_joins_the_old_end_of_the_lru_tail_first():
+    c = PrefixCache()
+    c.register(1, [20, 21], 2)
+    c.release(1, [20, 21], 2)
+    c.register(2, [10, 11, 12], 3)
+    c.release(2, [10, 11, 12], 3, demote=True)  # its KV went on elsewhere: evicted before older blocks
+    assert list(c.lru) == [12, 11, 10, 21, 20]
+    c.evict(3)
+    assert list(c.lru) == [21, 20] and 10 not in c and c.match([20, 21], 2) == 2
+
+
 def test_shared_blocks_are_counted_once_and_freed_by_their_last_holder():
     c = PrefixCache()
     c.register(1, [10, 11], 2)
