@@ -2,6 +2,7 @@
 
 from fluidpd.workload.arrivals import arrival_times, gamma, onoff, poisson
 from fluidpd.workload.files import trace_dir
+from fluidpd.workload.hot_prefix import hot_prefix, zipf_shares
 from fluidpd.workload.loaders import (
     DEFAULT_CLAUDE_CONCURRENCY,
     DEFAULT_LENGTH_RATE,
@@ -27,6 +28,7 @@ __all__ = [
     "compose",
     "fixed_lengths",
     "gamma",
+    "hot_prefix",
     "load_azure",
     "load_claude_code",
     "load_csv_trace",
@@ -43,4 +45,5 @@ __all__ = [
     "spread_steps",
     "synthetic",
     "trace_dir",
+    "zipf_shares",
 ]

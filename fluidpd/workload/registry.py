@@ -9,6 +9,7 @@ from pathlib import Path
 import fluidpd.workload.loaders as loaders
 from fluidpd.core.registry import Registry
 from fluidpd.workload.files import read_header, read_jsonl
+from fluidpd.workload.hot_prefix import hot_prefix
 from fluidpd.workload.loaders import AZURE_COLUMNS, DEFAULT_LENGTH_RATE, LENGTH_COLUMNS, SIMPLE_COLUMNS
 from fluidpd.workload.synth import phase_shift
 from fluidpd.workload.trace import Trace
@@ -34,6 +35,10 @@ TRACES.add("claude_code", _timed(lambda seed, **kw: loaders.load_claude_code(see
 for _kind in ("sharegpt", "arxiv_sum", "bwb"):
     TRACES.add(_kind, _lengths(_kind))
 TRACES.add("phase_shift", _timed(lambda seed, **kw: phase_shift(seed=seed, **kw)))
+# a Poisson process of its own: `rate` is its rate (default the generator's), not a rescaling
+TRACES.add(
+    "hot_prefix", lambda rate, seed, **kw: hot_prefix(**({} if rate is None else {"rate": rate}), seed=seed, **kw)
+)
 
 # loader options that make a trace closed-loop sessions with block ids (prefix reuse across turns)
 SESSION_OPTIONS = {

@@ -9,6 +9,7 @@ import pytest
 from simhelp import cluster, setup_8b
 
 from fluidpd.sim.run import simulate
+from fluidpd.workload.hot_prefix import hot_prefix
 from fluidpd.workload.sessions import chat_sessions
 from fluidpd.workload.trace import Trace
 
@@ -69,3 +70,13 @@ def test_a_trace_without_block_ids_has_no_reuse():
     t = Trace("plain", [0.0, 1.0], [2000, 2000], [5, 5])
     s = simulate(t, "chunked", setup_8b(workers=1)).summary
     assert s["prefix_cache_hit_rate"] == 0.0 and "prefix_cache_oracle_hit_rate" not in s
+
+
+def test_hot_prefixes_are_found_by_the_cache_near_the_oracle():
+    t = hot_prefix(30.0, 8.0, n_prefixes=4, seed=0)
+    on = simulate(t, "colocated", setup_8b(workers=1)).summary
+    off = simulate(t, "colocated", setup_8b(workers=1, enable_prefix_caching=False)).summary
+    assert on["prefix_cache_oracle_hit_rate"] > 0.8 and off["prefix_cache_hit_rate"] == 0.0
+    # one worker holds all four prefixes: only a prefix's first request and the suffixes miss
+    assert on["prefix_cache_hit_rate"] == pytest.approx(on["prefix_cache_oracle_hit_rate"], rel=0.02)
+    assert on["ttft_p50_s"] < off["ttft_p50_s"]

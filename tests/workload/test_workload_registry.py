@@ -79,4 +79,5 @@ def test_names_are_consistent_with_loaders():
         "arxiv_sum",
         "bwb",
         "phase_shift",
+        "hot_prefix",
     )
