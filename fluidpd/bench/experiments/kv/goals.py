@@ -47,7 +47,7 @@ def _all_met(v) -> bool:
 def _hit(loads: dict) -> dict:
     f = {x: _row(rows, FLUID) for x, rows in loads.items()}
     out: dict = {"goal": f"hit >= {HIT_OF_ORACLE:.0%} of oracle at 0.8; hit(0.95) >= hit(0.5) - {HIT_DROP:.0%}"}
-    if "0.8" in f and f["0.8"]:
+    if f.get("0.8"):
         r = f["0.8"]
         share = r["hit_rate"] / r["oracle_hit_rate"] if r["oracle_hit_rate"] > 0 else math.nan
         out |= {"hit_0.8": r["hit_rate"], "oracle_0.8": r["oracle_hit_rate"], "of_oracle_0.8": share}
@@ -90,7 +90,12 @@ def _dominates(rows: list[dict]) -> dict:
         for m in ("attainment", "strict_attainment")
         if r["system"] != FLUID and r[m] > f[m] + SLACK
     ]
-    return {"attainment": f["attainment"], "strict_attainment": f["strict_attainment"], "misses": misses, "met": not misses}
+    return {
+        "attainment": f["attainment"],
+        "strict_attainment": f["strict_attainment"],
+        "misses": misses,
+        "met": not misses,
+    }
 
 
 def _moved(rows: list[dict]) -> dict:
@@ -98,7 +103,12 @@ def _moved(rows: list[dict]) -> dict:
     assert f is not None
     budget = f["kv_bytes_new_and_generated"]
     ratio = f["kv_bytes_moved"] / budget if budget > 0 else math.nan
-    return {"moved_bytes": f["kv_bytes_moved"], "new_and_generated_bytes": budget, "ratio": ratio, "met": bool(ratio <= MOVE_FACTOR)}
+    return {
+        "moved_bytes": f["kv_bytes_moved"],
+        "new_and_generated_bytes": budget,
+        "ratio": ratio,
+        "met": bool(ratio <= MOVE_FACTOR),
+    }
 
 
 def _hot(rows: list[dict]) -> dict:
