@@ -12,11 +12,11 @@ room for queueing; 3 s admits up to ~49k uncached tokens on an idle worker.
 
 Workloads (each: a history window, then the evaluated window of the same length right after it):
   claude_code    Claude Code agentic sessions, closed loop (`load_claude_code(sessions=True)`), from
-                 3,600 s of its synthesised clock; load knob: mean concurrent sessions.
+                 7,200 s of its synthesised clock (sessions ramp up before); load knob: mean concurrent sessions.
   mooncake_conv  Mooncake conversation sessions, closed loop; load knob: rate scale (time compression).
   hot_prefix     synthetic Zipf hot shared prefixes with unique suffixes (`load_trace("hot_prefix")`);
                  load knob: the Poisson request rate.
-Windows: 900 / 300 / 120 s (quick: 300 / 90 / 15 s).
+Windows: 1200 / 300 / 120 s (quick: 600 / 90 / 15 s).
 Systems: chunked and static-pd with each of round-robin, shortest-queue, sglang-cache-aware, dynamo-kv
 and llm-d routers (the baselines), fluidpd+shortest-queue (ablation: no KV affinity) and
 fluidpd+kv-affinity (FluidPD); on hot_prefix also static-pd+cache-affinity (pure prefix affinity, the

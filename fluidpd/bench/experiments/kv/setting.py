@@ -84,10 +84,10 @@ WORKLOADS = {
     "claude_code": KvWorkload(
         "claude_code",
         "concurrent sessions",
-        128.0,
-        900.0,
-        300.0,
-        3600.0,
+        64.0,
+        1200.0,
+        600.0,
+        7200.0,
         "Claude Code agentic sessions, closed loop (~100k-token contexts)",
     ),
     "mooncake_conv": KvWorkload(
