@@ -127,7 +127,8 @@ def test_kv_command_writes_a_row_for_every_system_and_load(tmp_path):
                 assert r["hit_rate"] <= r["oracle_hit_rate"] + 1e-9
                 assert r["kv_bytes_per_request"] >= 0 and r["max_mean_load"] >= 1 - 1e-9
                 assert isinstance(r["transitions"], int)
-                assert np.isfinite(r["ttft_turn2_p50_s"]) and np.isfinite(r["tbt_p99_s"])
+                assert np.isfinite(r["tbt_p99_s"])
+                assert np.isfinite(r["ttft_turn2_p50_s"]) == (r["turn2_finished"] > 0)
             static = {r["system"]: r for r in rows if r["system"].startswith("static-pd+")}
             assert all(r["transitions"] == 0 for r in static.values())
         assert (tmp_path / f"hit_rate_{name}.png").stat().st_size > 5000

@@ -16,7 +16,8 @@ Workloads (each: a history window, then the evaluated window of the same length 
   mooncake_conv  Mooncake conversation sessions, closed loop; load knob: rate scale (time compression).
   hot_prefix     synthetic Zipf hot shared prefixes with unique suffixes (`load_trace("hot_prefix")`);
                  load knob: the Poisson request rate.
-Windows: 1200 / 300 / 120 s (quick: 600 / 90 / 15 s).
+Windows: 1800 / 300 / 120 s (quick: 1200 / 90 / 15 s). A history under 20 requests (the placement
+search's minimum) is searched all the same and flagged `short_history`.
 Systems: chunked and static-pd with each of round-robin, shortest-queue, sglang-cache-aware, dynamo-kv
 and llm-d routers (the baselines), fluidpd+shortest-queue (ablation: no KV affinity) and
 fluidpd+kv-affinity (FluidPD); on hot_prefix also static-pd+cache-affinity (pure prefix affinity, the

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from fluidpd.bench.experiments.kv.setting import N_WORKERS, setup
 from fluidpd.bench.simrun import run_instrumented
-from fluidpd.placement.plan import fixed_split, middle_of_best
+from fluidpd.placement.plan import MIN_HISTORY, fixed_split, middle_of_best
 from fluidpd.policy.routers import ROUTERS
 from fluidpd.policy.routers.kv_affinity import KvAffinity
 from fluidpd.sim.run import Setup
@@ -62,7 +62,8 @@ def tune(history: Trace, seed: int, quick: bool, tick: Callable[[int], object] |
     """What every system is tuned to on the history window: the P/D split the placement search picks
     (`fixed_split`: static-pd at every split, best joint attainment) and chunked's token budget (best
     joint attainment over the budgets; ties: the middle one). Each policy's own default router."""
-    k, splits = fixed_split(history, setup(2, seed))
+    short = len(history) < MIN_HISTORY
+    k, splits = _splits(history, seed) if short else fixed_split(history, setup(2, seed))
     if tick:
         tick(N_WORKERS - 1)
     budgets = {}
@@ -76,8 +77,17 @@ def tune(history: Trace, seed: int, quick: bool, tick: Callable[[int], object] |
         "split_attainment": splits,
         "chunk_budget": middle_of_best(budgets),
         "chunk_budget_attainment": budgets,
+        "short_history": short,
         "best_tuned_attainment": max(max(splits.values()), max(budgets.values())),
     }
+
+
+def _splits(history: Trace, seed: int) -> tuple[int, dict[int, float]]:
+    """`fixed_split`'s search without its minimum history (a low-load Claude Code window is short)."""
+    scores = {
+        k: run_instrumented(history, "static-pd", setup(k, seed)).summary["attainment"] for k in range(1, N_WORKERS)
+    }
+    return middle_of_best(scores), scores
 
 
 def tuning_runs(quick: bool) -> int:
