@@ -12,9 +12,9 @@ from types import ModuleType
 
 from fluidpd.core.registry import Registry
 
-# experiment -> its module; the KV-reuse table goes here as "kvreuse" (fluidpd.bench.experiments.kvreuse)
+# experiment -> its module (fluidpd.bench.experiments.<name>)
 EXPERIMENTS: Registry[str] = Registry("experiment")
-for _name in ("table1", "table2", "replan", "calibrate"):
+for _name in ("table1", "table2", "kv", "replan", "calibrate"):
     EXPERIMENTS.add(_name, f"fluidpd.bench.experiments.{_name}")
 
 
