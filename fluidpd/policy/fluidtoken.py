@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.polynomial import Polynomial
 from fluidpd.core.request import Request
 from fluidpd.policy.actions import Borrow, BorrowSplit
 from fluidpd.policy.jitter import JitterTracker
-from fluidpd.policy.stepplan import chunks_within
+from fluidpd.policy.stepplan import Admission, chunks_within
 from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView, blocks_for
 
 EWMA = 0.2
@@ -204,20 +205,48 @@ class FluidToken:
         return budget > 0 and self._fits(b, 0, budget)(c.min_chunk)
 
     def plan(self, w: WorkerView, max_num_seqs: int) -> StepPlan:
-        """A decode worker's step: every decode, plus borrowed prefill chunks within C_chunk."""
+        """A decode worker's step: every decode, plus prefill chunks of its queue (FCFS) whose
+        marginal cost, each priced at its own prior, fits the slack."""
         plan = StepPlan([], w.num_decoding > 0)
         if w.queue:
-            head = w.queue[0]
-            prior = head.kv_prior or head.queued_hit  # an unstarted head starts after its cached prefix
-            if not plan.decode:  # nothing decodes yet, but a hand-off may land any moment: keep
-                # the step within what a decode step's slack would allow, so its first gap stays bounded
-                budget = self.chunk_tokens(w, prior) or self.config.min_chunk
-                plan.chunks = chunks_within(w, budget, max_num_seqs)
-                return plan
-            budget = self.chunk_tokens(w, prior)
-            if budget:
-                plan.chunks = chunks_within(w, budget, max_num_seqs)
+            budget = self.slack(w) / self.cost_scale(w)
+            plan.chunks = self._fill(w, budget, max_num_seqs)
+            if not plan.chunks and not plan.decode:  # nothing decodes yet, but a hand-off may land any
+                # moment: keep the step within what a decode step's slack would allow
+                plan.chunks = chunks_within(w, self.config.min_chunk, max_num_seqs)
         return plan
+
+    def _fill(self, w: WorkerView, budget: float, max_num_seqs: int) -> list:
+        """Chunks from the head of `w`'s queue while their summed marginal cost fits `budget`: each
+        the largest that fits after the chunks before it (an unstarted request starts after its
+        expected cached prefix); none below min_chunk but a prompt's last."""
+        room = Admission.of(w, max_num_seqs)
+        g, pair_s, c_max = self._chunk_time, self.attn_pair_s, self.config.max_chunk
+        b = w.num_decoding
+        chunks: list[tuple[Request | PrefillPiece, int, int]] = []
+        for req in w.queue:
+            prior = req.kv_prior or req.queued_hit
+            left = budget - (g(b) - g(w.num_decoding)) - sum(pair_s * c * p for _, c, p in chunks)
+            fits = self._fits(b, prior, left)
+            todo = req.prefill_remaining - (0 if req.prefilled else req.queued_hit)
+            lo, hi = 0, max(1, min(c_max, todo))
+            if fits(hi):
+                lo = hi
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if fits(mid):
+                    lo = mid
+                else:
+                    hi = mid
+            if lo < self.config.min_chunk and lo < todo:
+                break
+            if not room.admit(req.prefilled, req.prefill_target, w.block_size):
+                break
+            chunks.append((req, lo, prior))
+            b += lo
+            if lo < todo:
+                break
+        return [(r, c) for r, c, _ in chunks]
 
     def estimate(self, w: WorkerView, plan: StepPlan) -> float:
         """The planner's own estimate of a step's time (checked against SLO_TBT in tests)."""

@@ -18,13 +18,14 @@ from itertools import islice, takewhile
 class PrefixCache:
     """Reference counts of live blocks by hash, an LRU of evictable ones, each request's held run."""
 
-    __slots__ = ("held", "known", "lru", "refs")
+    __slots__ = ("held", "known", "lru", "refs", "reused")
 
     def __init__(self) -> None:
         self.refs: dict[int, int] = {}  # live block hash -> requests holding it
         self.lru: OrderedDict[int, None] = OrderedDict()  # evictable cached blocks, least recently used first
         self.held: dict[int, int] = {}  # request id -> leading blocks of its hashes it holds refs on
         self.known: set[int] = set()  # refs | lru: one membership test per block when matching
+        self.reused: set[int] = set()  # cached blocks some request took as a hit (never demoted)
 
     @property
     def evictable(self) -> int:
@@ -55,6 +56,7 @@ class PrefixCache:
                 del lru[h]
                 refs[h] = 1
                 revived += 1
+        self.reused.update(hashes[:n])
         self.held[rid] = n
         return revived
 
@@ -80,8 +82,9 @@ class PrefixCache:
     def release(self, rid: int, hashes: Sequence[int], n: int, demote: bool = False) -> tuple[int, int]:
         """`rid` lets go: its refs drop (a block nobody holds becomes evictable) and its private blocks
         among hashes[:n] become evictable unless cached already. Tail first, as vLLM frees, so the LRU
-        evicts a prefix's end before its start; with `demote` they join the LRU's old end instead (a
-        copy that lives on where the request went). Returns (blocks it held, of which now unreferenced)."""
+        evicts a prefix's end before its start; with `demote` those no request has ever taken as a hit
+        join the LRU's old end instead (a copy that lives on where the request went; a shared prefix
+        stays recent). Returns (blocks it held, of which now unreferenced)."""
         held = self.held.pop(rid, 0)
         refs, lru = self.refs, self.lru
         unreferenced = 0
@@ -98,14 +101,20 @@ class PrefixCache:
             elif h in refs:
                 continue
             freed.append(h)
-        for h in reversed(freed) if demote else freed:
+        reused = self.reused
+        for h in freed:  # tail first: the end of the prefix is evicted first
             lru[h] = None
-            lru.move_to_end(h, last=not demote)
+            lru.move_to_end(h)
+        if demote:  # ... and before anything else, the blocks no other request has taken as a hit
+            for h in [h for h in reversed(freed) if h not in reused]:
+                lru.move_to_end(h, last=False)
         self.known.update(freed)
         return held, unreferenced
 
     def evict(self, blocks: int) -> None:
         """Drop the `blocks` least recently used evictable blocks."""
-        lru, known = self.lru, self.known
+        lru, known, reused = self.lru, self.known, self.reused
         for _ in range(min(blocks, len(lru))):
-            known.discard(lru.popitem(last=False)[0])
+            h = lru.popitem(last=False)[0]
+            known.discard(h)
+            reused.discard(h)

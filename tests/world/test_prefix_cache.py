@@ -34,6 +34,12 @@ def test_a_demoted_release_joins_the_old_end_of_the_lru_tail_first():
     assert list(c.lru) == [12, 11, 10, 21, 20]
     c.evict(3)
     assert list(c.lru) == [21, 20] and 10 not in c and c.match([20, 21], 2) == 2
+    c.acquire(3, [20, 21], 2)  # a hit: 20 and 21 are a shared prefix now
+    c.register(3, [20, 21, 22], 3)
+    c.register(4, [30], 1)
+    c.release(4, [30], 1)
+    c.release(3, [20, 21, 22], 3, demote=True)
+    assert list(c.lru) == [22, 30, 21, 20]  # only its own block is demoted; the shared ones stay recent
 
 
 def test_shared_blocks_are_counted_once_and_freed_by_their_last_holder():

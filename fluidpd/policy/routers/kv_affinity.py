@@ -9,8 +9,11 @@ KV. Then each candidate's predicted time to first token, at measured speeds:
   the decode worker: FluidToken chunks within its TBT slack (no transfer): its queue's and this
                      request's uncached tokens in steps of the chunk its slack fits, each step its
                      decode time plus the chunk's marginal cost
-The least wins. A hot prefix whose holder's queue costs more than recomputing it elsewhere goes
-elsewhere (and is cached there next), so load spreads without a per-workload weight. One decision
+The least wins (the decode worker on a tie), the decode worker only when it holds at least as much of
+the request as every prefill worker (its KV is the reason to go there; a queue that merely runs long
+is FluidToken borrowing's to relieve, as PPI says). A hot prefix whose holder's queue costs more than
+recomputing it elsewhere goes elsewhere (and is cached there next), so load spreads without a
+per-workload weight. One decision
 reads each candidate's cache once: O(workers x matched blocks).
 """
 
@@ -67,15 +70,16 @@ class KvAffinity:
         hits: dict[int, int] = {}
         d = self.decode_for(req, view, hits)
         move_s = self.move_s_per_token * (req.prompt_len - hits[d.id])
-        best, best_s = -1, math.inf
+        best, best_s, most = -1, math.inf, 0
         pair_s = self.token.attn_pair_s
         for p in candidates(view.workers, Role.PREFILL):
             hit = p.cached_tokens(req)
+            most = max(most, hit)
             new = req.prefill_target - hit
             t = self.queue_s(p) + self.prefill_work(new) + pair_s * new * hit + move_s
             if t < best_s:
                 best, best_s = p.id, t
-        if self.on_decode_s(req, d, hits[d.id]) <= best_s:
+        if hits[d.id] >= most and self.on_decode_s(req, d, hits[d.id]) <= best_s:
             self.on_decode += 1
             return d.id
         return best
