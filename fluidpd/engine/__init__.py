@@ -14,6 +14,7 @@ import importlib
 
 _EXPORTS = {
     "NoFreeBlocksError": "block_manager",
+    "MissingCachedBlocks": "block_pool",
     "EngineConfig": "config",
     "EngineStats": "outputs",
     "LLMEngine": "engine",

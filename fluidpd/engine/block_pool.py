@@ -16,6 +16,10 @@ class NoFreeBlocksError(RuntimeError):
     """Not enough free KV blocks for what was asked."""
 
 
+class MissingCachedBlocks(ValueError):
+    """A KV import skips leading blocks this pool does not hold cached (any more): the sender must send them."""
+
+
 class BlockPool:
     """Block ids 0..num_blocks-1 with reference counts, a plain free heap, and cached (hashed) blocks."""
 

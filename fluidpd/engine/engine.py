@@ -19,6 +19,7 @@ import torch
 
 from fluidpd.engine.arena import KVArena
 from fluidpd.engine.block_manager import BlockManager, Reservation
+from fluidpd.engine.block_pool import MissingCachedBlocks
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.handoff import payload_of, sequence_of
 from fluidpd.engine.kv_transfer import KVLayout, KVPayload
@@ -284,7 +285,7 @@ class LLMEngine:
         """Continue a request exported by another engine (same model); its id here.
 
         A payload that skips blocks starts on this engine's cached copies of them (ValueError if
-        it lacks them); the imported full blocks become cached here."""
+        it lacks them: MissingCachedBlocks); the imported full blocks become cached here."""
         payload.check_layout(self.kv_layout)
         params = params or payload.params
         if len(payload.token_ids) > self.max_model_len:
@@ -300,7 +301,7 @@ class LLMEngine:
         skip = payload.skip_blocks
         hits = self.blocks.lookup_tokens(seq.token_ids, skip) if skip else []
         if len(hits) < skip:
-            raise ValueError(
+            raise MissingCachedBlocks(
                 f"import of {rid!r} skips {skip} KV blocks, but this engine holds only the first {len(hits)} of them"
             )
         self.blocks.reserve([(seq, payload.num_computed, hits)])

@@ -8,7 +8,11 @@ Methods (executed on the worker's engine, strictly in submission order per worke
     add_request(request_id, prompt_token_ids, params) -> request_id
     run_step(plan: StepPlan) -> StepResult
     abort(request_id) -> bool
-    export_kv(request_id, release=True) -> KVHandle          (the request leaves the engine)
+    export_kv(request_id, release=True, transport=None, skip_blocks=0) -> KVHandle
+                                                     (with release the request leaves the engine; the
+                                                     first skip_blocks full blocks stay behind: the
+                                                     importer holds them cached, else its import raises
+                                                     MissingCachedBlocks, a ValueError)
     import_kv(handle, params=None, request_id=None) -> request_id   (the handle is released either way)
     resize_kv(num_blocks) -> ResizeResult
     stats() -> EngineStats

@@ -64,6 +64,8 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         self.remaps: dict[int, float] = {}  # worker -> when its resize_kv was sent
         self.replacing: set[int] = set()
         self.losses: list[dict] = []  # every worker lost: when, why, how many requests restarted
+        self.kv_bytes_sent = 0  # KV payload bytes the engines exported for moves (fallbacks' included)
+        self.kv_move_fallbacks = 0  # KV moves resent whole: the destination had evicted the blocks they skipped
 
     def active(self) -> bool:
         return self.running

@@ -62,11 +62,14 @@ class EngineService:
     def abort(self, request_id: str) -> bool:
         return self.engine.abort(request_id)
 
-    def export_kv(self, request_id: str, release: bool = True, transport: str | None = None) -> KVHandle:
-        """The request's KV as a handle of `transport` (default: this worker's); with `release` the
-        request leaves this engine. If the transport fails, a released request is put back."""
+    def export_kv(
+        self, request_id: str, release: bool = True, transport: str | None = None, skip_blocks: int = 0
+    ) -> KVHandle:
+        """The request's KV as a handle of `transport` (default: this worker's), less its first
+        `skip_blocks` full blocks (the destination holds them cached); with `release` the request
+        leaves this engine. If the transport fails, a released request is put back."""
         t0 = time.perf_counter()
-        payload = self.engine.export_kv(request_id, release=release)
+        payload = self.engine.export_kv(request_id, release=release, skip_blocks=skip_blocks)
         t1 = time.perf_counter()
         try:
             handle = (get_transport(transport) if transport else self.transport).send(payload)

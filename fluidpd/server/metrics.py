@@ -12,6 +12,7 @@ Read from the runtime at scrape time (`runtime.metrics_snapshot()`):
     fluidpd:prefill_pressure_index, fluidpd:decode_pressure_index         gauges
     fluidpd:worker_role{worker, role}      gauge: 1 for the worker's current role, 0 for the others
     fluidpd:role_transitions_total         counter
+    fluidpd:kv_transfer_bytes_total        counter: KV bytes hand-offs and migrations sent between workers
     fluidpd:prefix_cache_queries_total{worker}, fluidpd:prefix_cache_hits_total{worker}
                                            counters, in tokens: prompt tokens looked up in the worker's
                                            prefix cache at their first admission, and those it held
@@ -19,7 +20,7 @@ Read from the runtime at scrape time (`runtime.metrics_snapshot()`):
 The snapshot contract (every key optional; a missing one is not exported):
     {"num_requests_running": int, "num_requests_waiting": int,
      "prefill_pressure_index": float, "decode_pressure_index": float,
-     "role_transitions_total": int,
+     "role_transitions_total": int, "kv_transfer_bytes_total": float,
      "workers": [{"id": int, "role": "prefill" | "decode" | "colocated" | ..., "kv_cache_usage_perc": float,
                   "prefix_cache_queries": int, "prefix_cache_hits": int}]}
 """
@@ -156,6 +157,14 @@ class _RuntimeCollector:
             yield kv
             yield role
         yield from _prefix_counters(m, workers)
+        if snap.get("kv_transfer_bytes_total") is not None:
+            c = CounterMetricFamily(
+                NS + "kv_transfer_bytes",
+                "KV bytes sent between workers (hand-offs and migrations).",
+                labels=["model_name"],
+            )
+            c.add_metric([m], float(snap["kv_transfer_bytes_total"]))
+            yield c
         if snap.get("role_transitions_total") is not None:
             c = CounterMetricFamily(
                 NS + "role_transitions", "Completed worker role transitions.", labels=["model_name"]

@@ -9,9 +9,10 @@ import pickle
 
 import pytest
 import torch
-from rtbackend_help import NUM_KV_BLOCKS, decode, smol, start_request
+from rtbackend_help import NUM_KV_BLOCKS, decode, run_to_end, smol, start_request
 
 from fluidpd.engine.block_manager import NoFreeBlocksError
+from fluidpd.engine.block_pool import MissingCachedBlocks
 from fluidpd.engine.kv_transfer import KVLayout, KVPayload
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.runtime.backend import start_workers
@@ -243,6 +244,30 @@ def test_export_keep_and_import_under_new_id(procs):
     rest_a, _ = decode(a, "k", 10)
     rest_b, _ = decode(b, "k-copy", 10)
     assert toks + rest_a == toks + rest_b == s.expected(0)
+
+
+def test_export_skips_the_blocks_the_importer_holds_cached(procs):
+    """Across processes: only the blocks b lacks travel; while b lacks them its import refuses
+    (MissingCachedBlocks, the type kept across the pipe) and holds nothing; the answer is unchanged."""
+    a, b = procs
+    s = smol()
+    ids = s.tokenizer.encode("Blocks that stay behind. ") + s.prompt_ids(2)  # no other test's prompt
+    bs, params = s.config.block_size, SamplingParams(max_tokens=10)
+    skip = len(ids) // bs
+    toks, _ = start_request(a, "sk", ids, params)
+    more, _ = decode(a, "sk", 2)
+    h = a.submit("export_kv", "sk", False, None, skip).result(timeout=60)
+    assert h.skip_blocks == skip and h.num_blocks == -(-(len(ids) + 2) // bs) - skip
+    with pytest.raises(MissingCachedBlocks, match=f"skips {skip} KV blocks"):
+        b.submit("import_kv", h).result(timeout=60)
+    assert b.submit("stats").result(timeout=30).num_used_blocks == 0
+    run_to_end(b, "warm", ids, max_tokens=1)  # b now holds the prompt's blocks cached
+    h = a.submit("export_kv", "sk", release=False, skip_blocks=skip).result(timeout=60)
+    assert b.submit("import_kv", h).result(timeout=60) == "sk"
+    assert a.submit("abort", "sk").result(timeout=30)
+    assert a.submit("stats").result(timeout=30).num_used_blocks == 0
+    rest, done = decode(b, "sk", 10)
+    assert done and toks + more + rest == list(s.reference.generate([ids], params)[0].token_ids)
 
 
 def test_pooled_handle_from_another_process(procs):

@@ -20,6 +20,7 @@ NAMES = [
     "fluidpd:decode_pressure_index",
     "fluidpd:worker_role",
     "fluidpd:role_transitions_total",
+    "fluidpd:kv_transfer_bytes_total",
     "fluidpd:prompt_tokens_total",
     "fluidpd:generation_tokens_total",
     "fluidpd:request_success_total",
@@ -47,6 +48,7 @@ def test_admin_cluster_and_role_switch(served):
     state = httpx.get(served.url + "/v1/admin/cluster").json()
     assert {"workers", "policy"} <= set(state)
     assert state["workers"] and {"id", "role"} <= set(state["workers"][0])
+    assert {"tokens", "bytes", "sent_bytes", "fallbacks"} <= set(state["kv_moves"])
     if state["policy"] == "colocated" and len(state["workers"]) == 1:
         r = httpx.post(served.url + "/v1/admin/workers/0/role", json={"role": "decode"})
         assert r.status_code == 400
