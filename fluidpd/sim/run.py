@@ -14,6 +14,7 @@ from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.costs import CostModel
 from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.policy.registry import POLICIES, make_policy
+from fluidpd.policy.view import Role
 from fluidpd.sim.cluster import SimCluster
 from fluidpd.sim.config import SimConfig
 from fluidpd.sim.network import Network, NetworkConfig
@@ -122,10 +123,18 @@ def run_cluster(cluster: SimCluster, policy_name: str, progress=None, before_run
     summary.update(prefix_cache_summary(cluster))
     summary["kv_bytes_moved"] = cluster.kv_tokens_moved * cluster.kv_bytes_per_token
     summary["kv_bytes_per_request"] = summary["kv_bytes_moved"] / max(1, summary["completed"])
-    busy = [sum(w.busy_s.values()) for w in cluster.workers]
-    summary["max_mean_load"] = max(busy) / (sum(busy) / len(busy)) if sum(busy) > 0 else 1.0
+    summary["max_mean_load"] = prefill_load_imbalance(cluster)
     summary["routed_to_decode"] = getattr(getattr(cluster.policy, "affinity", None), "on_decode", 0)
     return SimResult(policy_name, summary, cluster)
+
+
+def prefill_load_imbalance(cluster: SimCluster) -> float:
+    """Max over mean of the prompt tokens each prefill (or colocated) worker computed (its first
+    admissions' uncached tokens), roles as the run ended: how unevenly routing spread prefill work
+    over the pool it routes to (a hot prefix piled onto its holder reads high)."""
+    pool = [w for w in cluster.workers if w.role is not Role.DECODE] or cluster.workers
+    load = [w.prefix_cache_queries - w.prefix_cache_hits for w in pool]
+    return max(load) / (sum(load) / len(load)) if sum(load) > 0 else 1.0
 
 
 def prefix_cache_summary(cluster: SimCluster) -> dict:
