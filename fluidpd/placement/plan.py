@@ -24,10 +24,10 @@ MIN_HISTORY = 20  # requests: fewer fit no distribution worth searching on
 CHUNK_BUDGETS = (128, 192, 256, 384, 512, 768, 1024)  # chunked's tokens per mixed step, as searched on history
 
 
-def check_history(history: Trace, what: str) -> None:
-    """A ValueError unless `history` holds at least MIN_HISTORY requests to pick `what` from."""
-    if len(history) < MIN_HISTORY:
-        raise ValueError(f"the history window holds {len(history)} requests; {what} needs at least {MIN_HISTORY}")
+def check_history(history: Trace, what: str, minimum: int = MIN_HISTORY) -> None:
+    """A ValueError unless `history` holds at least `minimum` requests to pick `what` from."""
+    if len(history) < minimum:
+        raise ValueError(f"the history window holds {len(history)} requests; {what} needs at least {minimum}")
 
 
 def fit_history(history: Trace, replay: bool = False) -> WorkloadModel:
@@ -84,31 +84,37 @@ def middle_of_best(scores: dict) -> Any:
     return tied[len(tied) // 2]
 
 
-def fixed_split(history: Trace, setup: Setup) -> tuple[int, dict[int, float]]:
+def fixed_split(
+    history: Trace, setup: Setup, splits: Sequence[int] | None = None, *, min_history: int = MIN_HISTORY
+) -> tuple[int, dict[int, float]]:
     """The split of a fixed cluster (`setup.sim.n_workers` alike workers) a search picks from
-    history: every k prefill workers simulated under static-pd on the history window, the highest
-    joint attainment kept (ties: the middle one of the best). Per-instance goodputs would miss how
-    the dispatcher pools a fixed cluster's queues; the whole cluster is cheap to simulate."""
+    history: every k prefill workers (or those of `splits`, 1..n-1) simulated under static-pd on the
+    history window, the highest joint attainment kept (ties: the middle one of the best). Per-instance
+    goodputs would miss how the dispatcher pools a fixed cluster's queues; the whole cluster is cheap
+    to simulate. `min_history`: the fewest requests the history may hold."""
     n = setup.sim.n_workers
     if n < 2:
         raise ValueError("a P/D split needs at least 2 workers")
-    check_history(history, "a split")
+    ks = range(1, n) if splits is None else sorted(set(splits))
+    if not ks or not all(1 <= k < n for k in ks):
+        raise ValueError(f"splits must be a non-empty subset of 1..{n - 1}")
+    check_history(history, "a split", min_history)
     scores = {}
-    for k in range(1, n):
+    for k in ks:
         s = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, prefill_workers=k))
         scores[k] = simulate(history, "static-pd", s).summary["attainment"]
     return middle_of_best(scores), scores
 
 
 def best_chunk_budget(
-    history: Trace, setup: Setup, budgets: Sequence[int] = CHUNK_BUDGETS
+    history: Trace, setup: Setup, budgets: Sequence[int] = CHUNK_BUDGETS, *, min_history: int = MIN_HISTORY
 ) -> tuple[int, dict[int, float]]:
     """The token budget chunked runs with, picked from history: every budget of `budgets` simulated
     under chunked on the history window, the highest joint attainment kept (ties: the middle one of
-    the best, in increasing budget)."""
+    the best, in increasing budget). `min_history`: the fewest requests the history may hold."""
     if not budgets:
         raise ValueError("a chunk budget search needs at least one candidate budget")
-    check_history(history, "a chunk budget")
+    check_history(history, "a chunk budget", min_history)
     scores = {}
     for b in sorted(set(budgets)):
         s = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, chunk_budget=b))

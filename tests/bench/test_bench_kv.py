@@ -136,3 +136,17 @@ def test_kv_command_writes_a_row_for_every_system_and_load(tmp_path):
     assert set(res["goals"]["met"]) >= {"a_hit_rate", "b_turn2_ttft", "c_dominates", "d_kv_moved", "e_hot_prefix"}
     assert res["setting"]["model"] == "llama-3.1-8b" and len(SYSTEMS) == 12
     assert "Goals (issue 26)" in proc.stdout
+
+
+def test_quick_tuning_searches_the_neighbours_of_the_nearest_split():
+    from fluidpd.bench.experiments.kv.setting import setup
+    from fluidpd.bench.experiments.kv.systems import near_splits, tuning_runs
+    from fluidpd.placement.plan import CHUNK_BUDGETS, fixed_split
+
+    assert near_splits(None) is None
+    assert near_splits(4) == [3, 4, 5] and near_splits(1) == [1, 2] and near_splits(7) == [6, 7]
+    assert tuning_runs(False) == 7 + len(CHUNK_BUDGETS) and tuning_runs(True, 4) == 3 + 3
+    trace = load_trace("hot_prefix", rate=20.0, seed=3, duration_s=1.0)
+    for bad in ([], [0, 1], [8]):
+        with pytest.raises(ValueError):
+            fixed_split(trace, setup(), bad, min_history=0)

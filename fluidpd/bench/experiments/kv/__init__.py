@@ -16,19 +16,24 @@ Workloads (each: a history window, then the evaluated window of the same length 
   mooncake_conv  Mooncake conversation sessions, closed loop; load knob: rate scale (time compression).
   hot_prefix     synthetic Zipf hot shared prefixes with unique suffixes (`load_trace("hot_prefix")`);
                  load knob: the Poisson request rate.
-Windows: 1800 / 300 / 120 s (quick: 1200 / 90 / 15 s). A history under 20 requests (the placement
-search's minimum) is searched all the same and flagged `short_history`.
+Windows: 1800 / 300 / 120 s (quick: 300 / 90 / 10 s; the command prints each load's requests and
+turn-2+ requests). A history under 20 requests (the placement search's minimum) is searched all the
+same and flagged `short_history`.
 Systems: chunked and static-pd with each of round-robin, shortest-queue, sglang-cache-aware, dynamo-kv
 and llm-d routers (the baselines), fluidpd+shortest-queue (ablation: no KV affinity) and
 fluidpd+kv-affinity (FluidPD); on hot_prefix also static-pd+cache-affinity (pure prefix affinity, the
 reference of goal e). Tuned on the history window at each load: the P/D split the placement search picks
 (`fixed_split`: static-pd at every split; static-pd runs there, fluidpd starts there) and chunked's token
-budget (best joint attainment; full: 128..2048, quick: 256, 512, 1024).
+budget (`best_chunk_budget`: best joint attainment; full: its CHUNK_BUDGETS, 128..1024; quick: 256, 512,
+1024). Quick searches every split only at a workload's first load; after that, the split tuned at the
+nearest load already tuned and its two neighbours.
 Loads: 50%, 80% and 95% of the saturation load: the highest load at which the best baseline keeps >= 90%
 joint attainment on the history window, found by doubling or halving from a start load until the target
 is crossed, then bisecting in log space (full: 7 probes, every baseline row at the tuned knobs counted;
-quick: 4 probes, only the tuning's runs counted: static-pd at every split and chunked at every budget,
-each with its policy's default router).
+quick: 3 probes, only the tuning's runs counted: static-pd at the splits tried and chunked at every
+budget, each with its policy's default router).
+Independent simulations (a load's rows, a tuning's split and budget searches, full's baselines on
+history) run in `--jobs` processes (default 2); each is seeded on its own, so results match --jobs 1.
 Turn-2+ requests: a session's turns after its first in the window (hot_prefix: the requests whose
 leading block an earlier one in the window holds). Goodput is not run.
 """
@@ -59,13 +64,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workloads", type=_workloads, default=None, help=f"subset of {', '.join(WORKLOADS)}")
     p.add_argument("--window", type=positive(float), default=None, help="seconds of each window (overrides)")
     p.add_argument("--probes", type=positive(int), default=None, help="saturation probes per workload (overrides)")
+    p.add_argument(
+        "--jobs", type=positive(int), default=2, help="processes for independent simulations (same results as 1)"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     console = make_console()
     print_setting(console, setting(args.quick, args.seed, args.probes or 0))
-    results = run_kv(args.workloads, quick=args.quick, window_s=args.window, probes=args.probes, seed=args.seed)
+    results = run_kv(
+        args.workloads, quick=args.quick, window_s=args.window, probes=args.probes, seed=args.seed, jobs=args.jobs
+    )
     print_results(console, results)
     paths = write_figures(results, args.out)
     results["command_wall_s"] = time.perf_counter() - t0

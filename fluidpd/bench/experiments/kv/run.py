@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import multiprocessing
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
@@ -41,10 +45,32 @@ class KvRun:
     quick: bool
     bar: tqdm
     probes: int
+    pool: Executor | None = None
     tunings: dict = field(default_factory=dict)
 
     def window(self, wl: KvWorkload) -> float:
         return self.window_s or (wl.quick_window_s if self.quick else wl.window_s)
+
+    def map(self, fn: Callable, calls: list[tuple]) -> list:
+        """[fn(*c) for c in calls], in the pool if there is one; one tick of the bar per call."""
+        if self.pool is None:
+            out = []
+            for c in calls:
+                out.append(fn(*c))
+                self.bar.update(1)
+            return out
+        futures = [self.pool.submit(fn, *c) for c in calls]
+        for _ in as_completed(futures):
+            self.bar.update(1)
+        return [f.result() for f in futures]
+
+    def near(self, wl: KvWorkload, load: float) -> int | None:
+        """Quick: the split tuned at the workload's load nearest `load` (in ratio; ties: the lower),
+        whose neighbourhood the tuning searches; None (every split) in full or at the first load."""
+        done = sorted((lo, t["split"]) for (name, lo), t in self.tunings.items() if name == wl.name)
+        if not self.quick or not done:
+            return None
+        return min(done, key=lambda d: abs(math.log(d[0] / load)))[1]
 
     def point(self, wl: KvWorkload, load: float) -> tuple[Trace, Trace, int, dict]:
         """(history, evaluated window, requests clipped, tuning on the history) at `load`, tuned once."""
@@ -52,7 +78,9 @@ class KvRun:
         key = (wl.name, load)
         if key not in self.tunings:
             self.bar.set_postfix_str(f"{wl.name} {load:.3g} tuning on history", refresh=False)
-            self.tunings[key] = tune(history, self.seed, self.quick, self.bar.update)
+            near = self.near(wl, load)
+            self.tunings[key] = tune(history, self.seed, self.quick, near, self.pool)
+            self.bar.update(tuning_runs(self.quick, near))
         return history, trace, clipped, self.tunings[key]
 
     def best_baseline(self, wl: KvWorkload, load: float) -> Probe:
@@ -63,10 +91,9 @@ class KvRun:
         scores = {f"static-pd {k}P": v for k, v in tuned["split_attainment"].items()}
         scores |= {f"chunked budget {b}": v for b, v in tuned["chunk_budget_attainment"].items()}
         if not self.quick:
-            for s in BASELINES:
-                self.bar.set_postfix_str(f"{wl.name} {load:.3g} {s.name} on history", refresh=False)
-                scores[s.name] = run_instrumented(history, s.policy, s.setup(tuned, self.seed)).summary["attainment"]
-                self.bar.update(1)
+            self.bar.set_postfix_str(f"{wl.name} {load:.3g} baselines on history", refresh=False)
+            got = self.map(_attainment, [(history, s, tuned, self.seed) for s in BASELINES])
+            scores |= {s.name: a for s, a in zip(BASELINES, got)}
         best = max(scores, key=lambda k: scores[k])
         return Probe(load, scores[best], best)
 
@@ -96,9 +123,8 @@ class KvRun:
             raise ValueError(f"{wl.name} at {load:.3g}: the evaluated window holds no requests")
         block = setup().sim.block_size
         follow, new = followups(trace, block), oracle_new_tokens(trace, block)
-        rows = []
-        for s in systems_for(wl.name):
-            rows.append(self.run(wl, trace, s, tuned, follow, new))
+        self.bar.set_postfix_str(f"{wl.name} {load:.3g} every system", refresh=False)
+        rows = self.map(_row, [(trace, s, tuned, self.seed, follow, new) for s in systems_for(wl.name)])
         info = {
             "load": load,
             "requests": len(trace),
@@ -109,11 +135,15 @@ class KvRun:
         }
         return rows, info
 
-    def run(self, wl: KvWorkload, trace: Trace, s: System, tuned: dict, follow, new) -> dict:
-        self.bar.set_postfix_str(f"{wl.name} {s.name}", refresh=False)
-        res = run_instrumented(trace, s.policy, s.setup(tuned, self.seed), keep_requests=True)
-        self.bar.update(1)
-        return kv_row(res, s.name, s.imitates, follow, new)
+
+def _row(trace: Trace, s: System, tuned: dict, seed: int, follow, new) -> dict:
+    """One system's row on the evaluated window (a pool task: module-level, returns plain data)."""
+    res = run_instrumented(trace, s.policy, s.setup(tuned, seed), keep_requests=True)
+    return kv_row(res, s.name, s.imitates, follow, new)
+
+
+def _attainment(history: Trace, s: System, tuned: dict, seed: int) -> float:
+    return run_instrumented(history, s.policy, s.setup(tuned, seed)).summary["attainment"]
 
 
 def run_kv(
@@ -124,24 +154,36 @@ def run_kv(
     probes: int | None = None,
     seed: int = 0,
     progress: bool = True,
+    jobs: int = 2,
 ) -> dict:
     """The KV-reuse table: {"setting", "workloads" (saturation, loads, tunings), "kv" (workload -> share
-    of saturation -> rows), "goals"}."""
+    of saturation -> rows), "goals"}. `jobs` > 1: independent simulations (a load's rows, a tuning's
+    two searches, full's baselines on history) run in that many processes; every simulation is seeded
+    on its own, so the results are the same as with 1."""
     names = list(workloads or WORKLOADS)
     for n in names:
         if n not in WORKLOADS:
             raise ValueError(f"unknown workload {n!r}; choose from {', '.join(WORKLOADS)}")
     n_probes = probes or (QUICK_PROBES if quick else FULL_PROBES)
-    per_load = tuning_runs(quick) + (0 if quick else len(BASELINES))
-    total = sum(n_probes * per_load + len(SHARES) * (tuning_runs(quick) + len(systems_for(n))) for n in names)
+    tunings = n_probes + len(SHARES)
+    near = N_WORKERS // 2 if quick else None  # quick: every split at a workload's first load, then three
+    tuning = tuning_runs(quick) + (tunings - 1) * tuning_runs(quick, near)
+    total = sum(
+        tuning + (0 if quick else n_probes * len(BASELINES)) + len(SHARES) * len(systems_for(n)) for n in names
+    )  # quick: a guess (the tuned splits' neighbourhoods are smaller at the ends)
     bar = tqdm(total=total, desc="kv", unit="run", file=sys.stderr, disable=not progress, mininterval=0.5)
-    state = KvRun(window_s, seed, quick, bar, n_probes)
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) if jobs > 1 else None
+    state = KvRun(window_s, seed, quick, bar, n_probes, pool)
     t0 = time.perf_counter()
-    results: dict = {"setting": setting(quick, seed, n_probes), "workloads": {}, "kv": {}}
-    for name in names:
-        out = state.workload(WORKLOADS[name])
-        results["workloads"][name], results["kv"][name] = out["entry"], out["rows"]
-    bar.close()
+    results: dict = {"setting": setting(quick, seed, n_probes) | {"jobs": jobs}, "workloads": {}, "kv": {}}
+    try:
+        for name in names:
+            out = state.workload(WORKLOADS[name])
+            results["workloads"][name], results["kv"][name] = out["entry"], out["rows"]
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        bar.close()
     results["goals"] = check_goals(results)
     results["wall_s"] = time.perf_counter() - t0
     return results

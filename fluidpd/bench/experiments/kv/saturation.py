@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 from fluidpd.bench.experiments.kv.setting import TARGET
 
-FULL_PROBES, QUICK_PROBES = 7, 4
+FULL_PROBES, QUICK_PROBES = 7, 3
 
 
 @dataclass(frozen=True, slots=True)

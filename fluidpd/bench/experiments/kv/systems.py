@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from fluidpd.bench.experiments.kv.setting import N_WORKERS, setup
-from fluidpd.bench.simrun import run_instrumented
-from fluidpd.placement.plan import MIN_HISTORY, fixed_split, middle_of_best
+from fluidpd.placement.plan import CHUNK_BUDGETS, MIN_HISTORY, best_chunk_budget, fixed_split
 from fluidpd.policy.routers import ROUTERS
 from fluidpd.policy.routers.kv_affinity import KvAffinity
 from fluidpd.sim.run import Setup
@@ -15,8 +14,8 @@ from fluidpd.workload.trace import Trace
 
 ROUTER_NAMES = ("round-robin", "shortest-queue", "sglang-cache-aware", "dynamo-kv", "llm-d")
 POLICY_LABELS = {"chunked": "Sarathi-Serve chunked prefill", "static-pd": "DistServe-style static P/D"}
-CHUNK_BUDGETS = (128, 256, 512, 1024, 2048)
-QUICK_CHUNK_BUDGETS = (256, 512, 1024)
+QUICK_CHUNK_BUDGETS = (256, 512, 1024)  # full: the placement search's CHUNK_BUDGETS
+QUICK_SPLIT_SPAN = 1  # quick: splits tried either side of the one tuned at the workload's nearest load
 REFERENCE = "static-pd+cache-affinity"  # pure prefix affinity: the hot_prefix reference row
 
 
@@ -58,37 +57,49 @@ def systems_for(workload: str) -> tuple[System, ...]:
     return (*SYSTEMS, REFERENCE_SYSTEM) if workload == "hot_prefix" else SYSTEMS
 
 
-def tune(history: Trace, seed: int, quick: bool, tick: Callable[[int], object] | None = None) -> dict:
+def tune(history: Trace, seed: int, quick: bool, near: int | None = None, pool: Executor | None = None) -> dict:
     """What every system is tuned to on the history window: the P/D split the placement search picks
-    (`fixed_split`: static-pd at every split, best joint attainment) and chunked's token budget (best
-    joint attainment over the budgets; ties: the middle one). Each policy's own default router."""
+    (`fixed_split`: static-pd at each split, best joint attainment; every split, or with `near` only
+    near-1..near+1) and chunked's token budget (`best_chunk_budget`: best joint attainment over
+    CHUNK_BUDGETS, quick: QUICK_CHUNK_BUDGETS; ties: the middle one). Each policy's own default
+    router. A history under MIN_HISTORY requests is searched all the same and flagged. With `pool`
+    the two searches run side by side."""
     short = len(history) < MIN_HISTORY
-    k, splits = _splits(history, seed) if short else fixed_split(history, setup(2, seed))
-    if tick:
-        tick(N_WORKERS - 1)
-    budgets = {}
-    for b in QUICK_CHUNK_BUDGETS if quick else CHUNK_BUDGETS:
-        budgets[b] = run_instrumented(history, "chunked", setup(2, seed, chunk_budget=b)).summary["attainment"]
-        if tick:
-            tick(1)
+    budgets = QUICK_CHUNK_BUDGETS if quick else CHUNK_BUDGETS
+    searches = ((_split_search, history, seed, near_splits(near)), (_budget_search, history, seed, budgets))
+    if pool is None:
+        (k, splits), (b, scores) = (f(*a) for f, *a in searches)
+    else:
+        futures = [pool.submit(f, *a) for f, *a in searches]
+        (k, splits), (b, scores) = (f.result() for f in futures)
     return {
         "split": k,
         "split_label": f"{k}P:{N_WORKERS - k}D",
         "split_attainment": splits,
-        "chunk_budget": middle_of_best(budgets),
-        "chunk_budget_attainment": budgets,
+        "chunk_budget": b,
+        "chunk_budget_attainment": scores,
         "short_history": short,
-        "best_tuned_attainment": max(max(splits.values()), max(budgets.values())),
+        "best_tuned_attainment": max(max(splits.values()), max(scores.values())),
     }
 
 
-def _splits(history: Trace, seed: int) -> tuple[int, dict[int, float]]:
-    """`fixed_split`'s search without its minimum history (a low-load Claude Code window is short)."""
-    scores = {
-        k: run_instrumented(history, "static-pd", setup(k, seed)).summary["attainment"] for k in range(1, N_WORKERS)
-    }
-    return middle_of_best(scores), scores
+def _split_search(history: Trace, seed: int, splits: list[int] | None) -> tuple[int, dict[int, float]]:
+    # pool tasks take plain data: a Setup does not pickle (HardwareSpec holds a mappingproxy)
+    return fixed_split(history, setup(2, seed), splits, min_history=0)
 
 
-def tuning_runs(quick: bool) -> int:
-    return N_WORKERS - 1 + len(QUICK_CHUNK_BUDGETS if quick else CHUNK_BUDGETS)
+def _budget_search(history: Trace, seed: int, budgets: tuple[int, ...]) -> tuple[int, dict[int, float]]:
+    return best_chunk_budget(history, setup(2, seed), budgets, min_history=0)
+
+
+def near_splits(near: int | None) -> list[int] | None:
+    """The splits a search tries: all (None), or `near` and its neighbours within 1..N_WORKERS-1."""
+    if near is None:
+        return None
+    return list(range(max(1, near - QUICK_SPLIT_SPAN), min(N_WORKERS - 1, near + QUICK_SPLIT_SPAN) + 1))
+
+
+def tuning_runs(quick: bool, near: int | None = None) -> int:
+    """Simulations one tuning takes."""
+    splits = near_splits(near)
+    return (N_WORKERS - 1 if splits is None else len(splits)) + len(QUICK_CHUNK_BUDGETS if quick else CHUNK_BUDGETS)
