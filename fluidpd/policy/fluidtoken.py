@@ -111,14 +111,14 @@ class FluidToken:
         return t
 
     def observe(self, w: WorkerView, duration_s: float, plan: StepPlan) -> None:
-        """A step of `w` with decodes took `duration_s`. Decode-only steps update T_iter; every
+        """A step of `w` with decodes took `duration_s`. Decode-only steps update T_iter (the first
+        step, mixed or not, sets it: a worker whose steps all carry chunks has one too); every
         step's excess over the planner's estimate feeds the jitter record behind delta_guard."""
         if not plan.decode:
             return
         prev = self.t_iter_s.get(w.id)
-        if prev is None:
-            if not plan.chunks:
-                self.t_iter_s[w.id] = duration_s
+        if prev is None:  # the first measure: a decode-only step, or a mixed one less its modelled chunks
+            self.t_iter_s[w.id] = max(0.0, duration_s - self.chunks_cost(w.num_decoding, plan, self.cost_scale(w)))
             return
         scale = self.cost_scale(w)
         est = self.chunks_cost(w.num_decoding, plan, scale)

@@ -16,7 +16,7 @@ Workloads (each: a history window, then the evaluated window of the same length 
   mooncake_conv  Mooncake conversation sessions, closed loop; load knob: rate scale (time compression).
   hot_prefix     synthetic Zipf hot shared prefixes with unique suffixes (`load_trace("hot_prefix")`);
                  load knob: the Poisson request rate.
-Windows: 1800 / 300 / 120 s (quick: 300 / 90 / 10 s; the command prints each load's requests and
+Windows: 1800 / 300 / 120 s (quick: 900 / 90 / 10 s; the command prints each load's requests and
 turn-2+ requests). A history under 20 requests (the placement search's minimum) is searched all the
 same and flagged `short_history`.
 Systems: chunked and static-pd with each of round-robin, shortest-queue, sglang-cache-aware, dynamo-kv

@@ -86,7 +86,7 @@ WORKLOADS = {
         "concurrent sessions",
         64.0,
         1800.0,
-        300.0,
+        900.0,
         7200.0,
         "Claude Code agentic sessions, closed loop (~100k-token contexts)",
     ),
