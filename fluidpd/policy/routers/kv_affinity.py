@@ -1,8 +1,9 @@
 """FluidPD's KV-affinity routing: every candidate priced by the TTFT it predicts, from the cache.
 
 A new request's decode worker is chosen first: the one holding most of its context (its session's
-previous turn decoded there) among those with KV room and TBT slack, else the one with the most free
-KV. Then each candidate's predicted time to first token, at measured speeds:
+previous turn decoded there) among those with KV room and TBT slack, when it holds at least half the
+prompt more than the least-loaded one does; else the least loaded (most free KV). Then each
+candidate's predicted time to first token, at measured speeds:
   prefill worker p:  its queue's uncached prefill work + this request's uncached prefill on p
                      (f_P of its new tokens plus their attention over the cached prefix)
                      + moving the KV the decode worker lacks over the link
@@ -50,8 +51,9 @@ class KvAffinity:
         self.on_decode = 0  # requests routed to prefill on their decode worker
 
     def decode_for(self, req: Request, view: ClusterView, hits: dict[int, int] | None = None) -> WorkerView:
-        """The decode worker for `req`: most of its context cached, with room and slack; else most room
-        (`hits`: each worker's cached tokens of `req`, filled in as read)."""
+        """The decode worker for `req`: the least loaded (most free KV, static-pd's rule), unless another
+        with room and slack holds most of its context that one lacks (a session's; a prefix every
+        worker shares is no reason to load one more). `hits`: each worker's cached tokens of `req`."""
         hits = {} if hits is None else hits
         pool = candidates(view.workers, Role.DECODE)
         need = blocks_for(req.prompt_len + req.output_len, pool[0].block_size)
@@ -62,9 +64,10 @@ class KvAffinity:
             room = w.free_blocks - w.pull_blocks_pending
             if blocks and room >= need - blocks and (blocks, room) > best_key and self.token.slack(w) > 0:
                 best, best_key = w, (blocks, room)
-        if best is not None:
+        least = min(pool, key=lambda w: (-(w.free_blocks - w.pull_blocks_pending), w.num_decoding, w.id))
+        if best is not None and 2 * (hits[best.id] - hits[least.id]) >= req.prompt_len:
             return best
-        return min(pool, key=lambda w: (-(w.free_blocks - w.pull_blocks_pending), w.num_decoding, w.id))
+        return least
 
     def route(self, req: Request, view: ClusterView) -> int:
         hits: dict[int, int] = {}
