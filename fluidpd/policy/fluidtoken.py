@@ -2,9 +2,7 @@
 
 slack = SLO_TBT - T_iter(B) - delta_guard. T_iter is an EWMA of the worker's measured decode-only
 steps; delta_guard is the seed's rule, 1.5 x the p99.9 of how far decode-only steps ran over T_iter
-(step-time jitter; JitterTracker), taken relative to T_iter and applied to the step FluidToken fills,
-SLO_TBT long: a step's jitter grows with its length, and a full step's, not a short decode step's,
-is what must stay within the SLO. The chunk cost model's own error is not jitter: it is corrected
+(step-time jitter; JitterTracker). The chunk cost model's own error is not jitter: it is corrected
 online per worker by a scale (EWMA of the measured chunk part of mixed steps over EWMA of the
 modelled one), so a worker slower than the fit (e.g. sharing its CPU) takes smaller chunks after
 one step. Only chunks modelled dearer than the guard band feed it: the measured part of a cheaper
@@ -108,8 +106,8 @@ class FluidToken:
         t = self.jitter.get(wid)
         if t is None:
             c = self.config
-            default = c.guard_default_s / self.slo_tbt_s if c.guard_default_s is not None else 0.1
-            t = self.jitter[wid] = JitterTracker(factor=c.guard_factor, default=default)
+            default = c.guard_default_s if c.guard_default_s is not None else 0.1 * self.slo_tbt_s
+            t = self.jitter[wid] = JitterTracker(factor=c.guard_factor, default_s=default)
         return t
 
     def observe(self, w: WorkerView, duration_s: float, plan: StepPlan) -> None:
@@ -125,10 +123,9 @@ class FluidToken:
         scale = self.cost_scale(w)
         est = self.chunks_cost(w.num_decoding, plan, scale)
         if not plan.chunks:
-            if prev > 0:
-                self.tracker(w.id).observe((duration_s - prev) / prev)
+            self.tracker(w.id).observe(duration_s - prev)
             self.t_iter_s[w.id] = prev + EWMA * (duration_s - prev)
-        elif est / scale > self.guard_s(w):
+        elif est / scale > self.tracker(w.id).guard_s:
             measured, modelled = self._chunk_ewma.get(w.id, (0.0, 0.0))
             measured += SCALE_GAIN * (duration_s - prev - measured)
             modelled += SCALE_GAIN * (est / scale - modelled)
@@ -142,11 +139,7 @@ class FluidToken:
         return self.t_iter_s.get(w.id, w.step_time_ewma_s)
 
     def slack(self, w: WorkerView) -> float:
-        return self.slo_tbt_s - self.t_iter(w) - self.guard_s(w)
-
-    def guard_s(self, w: WorkerView) -> float:
-        """delta_guard: the relative jitter tail applied to an SLO_TBT-long step."""
-        return self.tracker(w.id).guard * self.slo_tbt_s
+        return self.slo_tbt_s - self.t_iter(w) - self.tracker(w.id).guard_s
 
     def cost_scale(self, w: WorkerView) -> float:
         """How much slower than the fitted model this worker's chunks have run; before any mixed

@@ -55,16 +55,16 @@ def test_dpi_hand_computation():
 
 
 def test_jitter_guard_is_learned_from_the_tail():
-    t = JitterTracker(factor=1.5, quantile=0.999, default=0.003, min_samples=100)
-    assert t.guard == 0.003
+    t = JitterTracker(factor=1.5, quantile=0.999, default_s=0.003, min_samples=100)
+    assert t.guard_s == 0.003
     for i in range(10_000):
         t.observe(0.004 if i % 1000 == 0 else 0.0005)  # 0.1% at 4 ms
-    assert t.tail() == pytest.approx(0.0005, rel=0.07)
+    assert t.tail_s() == pytest.approx(0.0005, rel=0.07)
     for _ in range(100):
         t.observe(0.004)
-    assert t.tail() == pytest.approx(0.004, rel=0.07)
+    assert t.tail_s() == pytest.approx(0.004, rel=0.07)
     t.observe(0.0)
-    assert 1.4 * 0.004 < t.guard < 1.6 * 0.004 * 1.07
+    assert 1.4 * 0.004 < t.guard_s < 1.6 * 0.004 * 1.07
 
 
 def test_batched_prefill_time_prices_the_steps_the_batching_makes():
