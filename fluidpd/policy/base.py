@@ -56,9 +56,15 @@ class Policy:
 
     def __init__(self, config: PolicyConfig | None = None):
         self.config = config or PolicyConfig()
-        self.router_name = self.config.router or self.default_router
-        check_router(self.router_name, self.own_routers)
+        self.router_name = self.router_of(self.config)
         self.router = make_router(self.router_name) if self.router_name in ROUTERS else None
+
+    @classmethod
+    def router_of(cls, config: PolicyConfig) -> str:
+        """The router this policy runs under `config` (ValueError for one it does not have)."""
+        name = config.router or cls.default_router
+        check_router(name, cls.own_routers)
+        return name
 
     @property
     def label(self) -> str:

@@ -42,7 +42,7 @@ class RuntimeConfig:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.policy is None:
             self.policy = "colocated" if self.workers == 1 else "fluidpd"
-        POLICIES.get(self.policy)
+        POLICIES.get(self.policy).router_of(self.scheduling)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.admit_ttft_factor < 0 or self.max_waiting < 1:

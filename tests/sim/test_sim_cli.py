@@ -87,6 +87,8 @@ def test_goodput_flag_adds_the_rate_scale(tmp_path):
         (["--trace", "azure_code", "--policy", "chunked", "--workers", "0"], "workers"),
         (["--trace", "azure_code", "--policy", "chunked", "--chunk-budget", "0"], "chunk_budget must be >= 1"),
         (["--trace", "azure_code", "--policy", "static-pd", "--prefill-workers", "4"], "prefill workers"),
+        (["--trace", "azure_code", "--policy", "static-pd", "--router", "nope"], "unknown router 'nope'"),
+        (["--trace", "azure_code", "--policy", "chunked", "--router", "kv-affinity"], "unknown router 'kv-affinity'"),
     ],
 )
 def test_bad_arguments_give_a_message_and_exit_2(args, message):
