@@ -19,3 +19,18 @@ def positive(kind):
         return value
 
     return parse
+
+
+def names_of(known, what: str = "workload"):
+    """An argparse type: a comma-separated list of names, each in `known` (a clear message otherwise)."""
+
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        bad = [n for n in names if n not in known]
+        if not names or bad:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {', '.join(bad) or text!r}; choose from {', '.join(known)}"
+            )
+        return names
+
+    return parse

@@ -177,16 +177,7 @@ class FluidToken:
         budget = self.slack(w) / self.cost_scale(w)
         if budget <= 0:
             return 0
-        fits = self._fits(w.num_decoding, prior, budget)
-        lo, hi = 0, self.config.max_chunk  # invariant: cost(lo) <= budget
-        if fits(hi):
-            lo = hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid
+        lo = _largest(self._fits(w.num_decoding, prior, budget), self.config.max_chunk)
         return lo if lo >= self.config.min_chunk else 0
 
     def _fits(self, b: int, prior: int, budget: float):
@@ -227,17 +218,8 @@ class FluidToken:
         for req in w.queue:
             prior = req.kv_prior or req.queued_hit
             left = budget - (g(b) - g(w.num_decoding)) - sum(pair_s * c * p for _, c, p in chunks)
-            fits = self._fits(b, prior, left)
             todo = req.prefill_remaining - (0 if req.prefilled else req.queued_hit)
-            lo, hi = 0, max(1, min(c_max, todo))
-            if fits(hi):
-                lo = hi
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if fits(mid):
-                    lo = mid
-                else:
-                    hi = mid
+            lo = _largest(self._fits(b, prior, left), max(1, min(c_max, todo)))
             if lo < self.config.min_chunk and lo < todo:
                 break
             if not room.admit(req.prefilled, req.prefill_target, w.block_size):
@@ -316,6 +298,20 @@ class FluidToken:
         piece = -(-req.prompt_len // c.max_split)
         ok = [w for w in free if room[w.id] >= blocks_for(piece, w.block_size)]
         return sorted(ok, key=lambda w: (-room[w.id], w.id))[: c.max_split - 1]
+
+
+def _largest(fits, hi: int) -> int:
+    """The largest c in [0, hi] with fits(c), for fits monotone (true up to some c); 0 if none."""
+    if fits(hi):
+        return hi
+    lo = 0  # invariant: fits(lo) or lo == 0; not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def handoff_reserve(view: ClusterView) -> int:

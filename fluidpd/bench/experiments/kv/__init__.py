@@ -50,7 +50,7 @@ from fluidpd.bench.experiments.kv.run import run_kv, setting
 from fluidpd.bench.experiments.kv.saturation import FULL_PROBES, QUICK_PROBES
 from fluidpd.bench.experiments.kv.setting import WORKLOADS
 from fluidpd.bench.experiments.output import make_console, write_json
-from fluidpd.core.argtypes import positive
+from fluidpd.core.argtypes import names_of, positive
 
 HELP = "KV reuse: hit rate, turn-2+ TTFT, KV moved and load balance of every router on session workloads"
 
@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", type=Path, default=Path("results/kv"), help="directory for kv.json and PNGs")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workloads", type=_workloads, default=None, help=f"subset of {', '.join(WORKLOADS)}")
+    p.add_argument("--workloads", type=names_of(WORKLOADS), default=None, help=f"subset of {', '.join(WORKLOADS)}")
     p.add_argument("--window", type=positive(float), default=None, help="seconds of each window (overrides)")
     p.add_argument("--probes", type=positive(int), default=None, help="saturation probes per workload (overrides)")
     p.add_argument(
@@ -82,13 +82,3 @@ def main(args: argparse.Namespace) -> int:
     json_path = write_json(results, args.out / "kv.json")
     console.print(f"wrote {json_path} and {len(paths)} PNGs in {args.out} ({results['command_wall_s']:.0f} s)")
     return 0
-
-
-def _workloads(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in WORKLOADS]
-    if not names or bad:
-        raise argparse.ArgumentTypeError(
-            f"unknown workload {', '.join(bad) or text!r}; choose from {', '.join(WORKLOADS)}"
-        )
-    return names

@@ -39,7 +39,7 @@ from fluidpd.bench.experiments.output import make_console, write_json
 from fluidpd.bench.experiments.table1.figures import write_figures
 from fluidpd.bench.experiments.table1.report import print_results, print_setting
 from fluidpd.bench.experiments.table1.run import run_table1
-from fluidpd.core.argtypes import positive
+from fluidpd.core.argtypes import names_of, positive
 
 HELP = "SLO attainment, P99 TTFT and TBT of eight systems on three workloads"
 
@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="two rate scales per workload, 300 s windows, no goodput")
     p.add_argument("--out", type=Path, default=Path("results/table1"), help="directory for table1.json and PNGs")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workloads", type=_workloads, default=None, help=f"subset of {', '.join(WORKLOADS)}")
+    p.add_argument("--workloads", type=names_of(WORKLOADS), default=None, help=f"subset of {', '.join(WORKLOADS)}")
     p.add_argument("--scales", type=_scales, default=None, help="rate scales for every workload (overrides)")
     p.add_argument("--window", type=positive(float), default=None, help="seconds of each trace (overrides)")
     p.add_argument("--no-goodput", action="store_true", help="skip the goodput search (full mode)")
@@ -87,13 +87,3 @@ def _scales(text: str) -> tuple[float, ...]:
     if not parts:
         raise argparse.ArgumentTypeError("give at least one rate scale")
     return tuple(positive(float)(p.strip()) for p in parts)
-
-
-def _workloads(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in WORKLOADS]
-    if not names or bad:
-        raise argparse.ArgumentTypeError(
-            f"unknown workload {', '.join(bad) or text!r}; choose from {', '.join(WORKLOADS)}"
-        )
-    return names
