@@ -53,26 +53,34 @@ def trace_block_ids(trace: Trace, block: int) -> Iterator[list[int]]:
         yield world_block_ids(ids, trace.hash_block_size, block, named_tokens(trace, i)).tolist()
 
 
+def oracle_hit_tokens(trace: Trace, block: int, order: list[int] | None = None) -> np.ndarray:
+    """Per request: the prompt tokens an infinite cache shared by all workers would skip, the requests
+    arriving in `order` (trace indices; default trace order; a request not in it gets 0): a request's
+    leading block is reusable if an earlier one held that id, and so on while every block before it
+    is; at most all but its last prompt token, as the cache."""
+    ids = list(trace_block_ids(trace, block))
+    prompts = trace.prompt_len.tolist()
+    out = np.zeros(len(ids), dtype=np.int64)
+    seen: set[int] = set()
+    for i in range(len(ids)) if order is None else order:
+        limit, n = (prompts[i] - 1) // block, 0
+        for h in ids[i]:
+            if n >= limit or h not in seen:
+                break
+            n += 1
+        out[i] = n * block
+        seen.update(ids[i])
+    return out
+
+
 def oracle_hits(
     trace: Trace, block: int, order: list[int] | None = None, counted: set[int] | None = None
 ) -> tuple[int, int]:
     """(prompt tokens an infinite cache would skip, prompt tokens) over the requests in `order` (trace
     indices in the order they arrived; default every request in trace order), counting those in
-    `counted` (default all; e.g. the ones a run admitted): a request's leading block is reusable if
-    an earlier one held that id, and so on while every block before it is; at most all but its last
-    prompt token, as the cache."""
-    ids = list(trace_block_ids(trace, block))
-    prompts = trace.prompt_len.tolist()
-    seen: set[int] = set()
-    hits = total = 0
-    for i in range(len(ids)) if order is None else order:
-        if counted is None or i in counted:
-            limit, n = (prompts[i] - 1) // block, 0
-            for h in ids[i]:
-                if n >= limit or h not in seen:
-                    break
-                n += 1
-            hits += n * block
-            total += prompts[i]
-        seen.update(ids[i])
-    return hits, total
+    `counted` (default all; e.g. the ones a run admitted): `oracle_hit_tokens`, summed."""
+    hits = oracle_hit_tokens(trace, block, order)
+    rows = np.arange(len(trace)) if order is None else np.asarray(order, dtype=np.int64)
+    if counted is not None:
+        rows = rows[np.isin(rows, np.fromiter(counted, dtype=np.int64, count=len(counted)))]
+    return int(hits[rows].sum()), int(trace.prompt_len[rows].sum())

@@ -14,7 +14,7 @@ from fluidpd.sim.run import Setup
 from fluidpd.specs.hardware import get_hardware
 from fluidpd.specs.models import get_model
 from fluidpd.workload import load_trace
-from fluidpd.workload.blockmap import trace_block_ids
+from fluidpd.workload.blockmap import oracle_hit_tokens
 from fluidpd.workload.loaders import load_claude_code, load_mooncake
 from fluidpd.workload.trace import Trace
 
@@ -112,18 +112,8 @@ WORKLOADS = {
 
 
 def oracle_new_tokens(trace: Trace, block: int) -> np.ndarray:
-    """Per request: prompt tokens an infinite shared cache would not hold (blockmap.oracle_hits, per request)."""
-    seen: set[int] = set()
-    out = np.empty(len(trace), dtype=np.int64)
-    for i, (ids, prompt) in enumerate(zip(trace_block_ids(trace, block), trace.prompt_len.tolist())):
-        limit, n = (prompt - 1) // block, 0
-        for h in ids:
-            if n >= limit or h not in seen:
-                break
-            n += 1
-        out[i] = prompt - n * block
-        seen.update(ids)
-    return out
+    """Per request: prompt tokens an infinite shared cache would not hold (`blockmap.oracle_hit_tokens`)."""
+    return trace.prompt_len - oracle_hit_tokens(trace, block)
 
 
 def followups(trace: Trace, block: int) -> np.ndarray:
