@@ -228,7 +228,7 @@ class Coordinator:
             "workers": [_worker_json(w, cl.backends[w.id]) for w in cl.workers],
             "kv_moves": {  # hand-offs and migrations: what they sent
                 "tokens": cl.kv_tokens_moved,
-                "bytes": cl.kv_tokens_moved * cl.kv_bytes_per_token,
+                "bytes": cl.kv_bytes_moved,
                 "sent_bytes": cl.kv_bytes_sent,  # measured: the exported payloads, whole blocks
                 "fallbacks": cl.kv_move_fallbacks,  # resent whole: the destination had evicted what they skipped
             },
@@ -276,7 +276,7 @@ class Coordinator:
                 for w in cl.workers
             ],
             "role_transitions_total": len(getattr(cl.policy, "transitions", [])),
-            "kv_transfer_bytes_total": cl.kv_tokens_moved * cl.kv_bytes_per_token,
+            "kv_transfer_bytes_total": cl.kv_bytes_moved,
             "prefill_pressure_index": p.ppi,
             "decode_pressure_index": p.dpi,
         }

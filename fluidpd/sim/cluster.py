@@ -86,6 +86,7 @@ class SimCluster(World):
         self._turns = Turns(trace)
         self._thinking = 0  # sessions' next requests scheduled to arrive
         self.sent: list[int] = []  # trace indices in the order the requests arrived (closed loops reorder)
+        self.queried = bytearray(len(trace))  # by trace index: its first admission looked the cache up
 
     def active(self) -> bool:
         return bool(self.outstanding) or bool(self._thinking) or self.loop.now < self.trace.arrival_s[-1]
@@ -121,6 +122,11 @@ class SimCluster(World):
         self.outstanding += 1
         self.sent.append(i)
         self.submit(req)
+
+    def _admit(self, w: WorkerState, req, need: int) -> int:
+        if isinstance(req, Request):  # a request's id is its trace index
+            self.queried[req.id] = 1
+        return super()._admit(w, req, need)
 
     def _next_turn(self, req: Request) -> None:
         """`req` completed (or failed): its session's next request arrives its think time later."""

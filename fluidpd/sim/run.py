@@ -121,7 +121,7 @@ def run_cluster(cluster: SimCluster, policy_name: str, progress=None, before_run
     for kind in ("prefill", "decode", "mixed"):
         summary[f"busy_{kind}_s"] = sum(w.busy_s[kind] for w in cluster.workers)
     summary.update(prefix_cache_summary(cluster))
-    summary["kv_bytes_moved"] = cluster.kv_tokens_moved * cluster.kv_bytes_per_token
+    summary["kv_bytes_moved"] = cluster.kv_bytes_moved
     summary["kv_bytes_per_request"] = summary["kv_bytes_moved"] / max(1, summary["completed"])
     summary["max_mean_load"] = prefill_load_imbalance(cluster)
     summary["routed_to_decode"] = getattr(getattr(cluster.policy, "affinity", None), "on_decode", 0)
@@ -150,6 +150,7 @@ def prefix_cache_summary(cluster: SimCluster) -> dict:
     if cluster.trace.hash_ids is not None:
         # over the requests the hit rate counts (admitted), in the order this run had them arrive
         # (a closed loop's differs from the trace's)
-        hits_queries = oracle_hits(cluster.trace, cluster.config.block_size, cluster.sent, set(cluster.queried))
+        admitted = {i for i in cluster.sent if cluster.queried[i]}
+        hits_queries = oracle_hits(cluster.trace, cluster.config.block_size, cluster.sent, admitted)
         out["prefix_cache_oracle_hit_rate"] = hit_rate(*hits_queries)
     return out

@@ -47,7 +47,6 @@ class World(Elastic, Recovery):
         self.workers = [WorkerState(i, r, node_of(i), blocks[i], block_size) for i, r in enumerate(roles)]
         self.outstanding = 0
         self.kv_tokens_moved = 0  # KV tokens hand-offs and migrations sent over links
-        self.queried: list[int] = []  # ids of requests whose first admission looked the cache up, in order
         self.timeline = Timeline(len(self.workers))
         self.spreads: dict = {}
         self.prefill_kv_fraction = 1.0
@@ -60,6 +59,11 @@ class World(Elastic, Recovery):
     @property
     def now(self) -> float:
         return self.loop.now
+
+    @property
+    def kv_bytes_moved(self) -> float:
+        """KV bytes hand-offs and migrations sent between workers."""
+        return self.kv_tokens_moved * self.kv_bytes_per_token
 
     def active(self) -> bool:
         """Whether periodic events (control ticks, samples) keep running."""
@@ -192,7 +196,6 @@ class World(Elastic, Recovery):
         req.worker = w.id
         if isinstance(req, Request) and not req.cache_queried:
             req.cache_queried = True
-            self.queried.append(req.id)
             req.cached_tokens = hit
             w.prefix_cache_queries += req.prompt_len
             w.prefix_cache_hits += hit
