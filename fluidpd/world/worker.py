@@ -186,31 +186,20 @@ class WorkerState:
     def cached_tokens(self, req: Request) -> int:
         """Leading tokens of `req` whose KV is cached here: full blocks, at most all but its last
         token to prefill (that one is always computed)."""
-        hashes = req.block_hashes
-        if not hashes:
-            return 0
-        return self.cache.match(hashes, (req.prefill_target - 1) // self.block_size) * self.block_size
+        bs = self.block_size
+        return self.cache.match(req.block_hashes, (req.prefill_target - 1) // bs) * bs
 
     def take_cached(self, req: Request) -> int:
         """At `req`'s admission: hold its cached leading blocks; returns the tokens they cover."""
-        bs = self.block_size
-        n = self.cached_tokens(req) // bs
-        if n:
-            self.kv_blocks_used += self.cache.acquire(req.id, req.block_hashes, n)
-        return n * bs
-
-    def cached_kv_blocks(self, req: Request) -> int:
-        """Leading full blocks of `req`'s stored KV (prompt and answer so far) cached here: what a
-        KV move to this worker may skip."""
-        hashes = req.block_hashes
-        if not hashes:
-            return 0
-        return self.cache.match(hashes, self.stored(req) // self.block_size)
+        return self._hold(req, self.cached_tokens(req) // self.block_size) * self.block_size
 
     def take_moved(self, req: Request) -> int:
-        """Before `req`'s KV moves here: hold the leading blocks cached here; returns how many (they
-        need not move)."""
-        n = self.cached_kv_blocks(req)
+        """Before `req`'s KV moves here: hold the leading blocks of its stored KV (prompt and answer
+        so far) cached here; returns how many (they need not move)."""
+        return self._hold(req, self.cache.match(req.block_hashes, self.stored(req) // self.block_size))
+
+    def _hold(self, req: Request, n: int) -> int:
+        """`req` takes refs on its first `n` blocks, all cached here (reviving evictable ones); returns n."""
         if n:
             self.kv_blocks_used += self.cache.acquire(req.id, req.block_hashes, n)
         return n
