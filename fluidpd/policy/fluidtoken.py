@@ -213,22 +213,23 @@ class FluidToken:
         expected cached prefix); none below min_chunk but a prompt's last."""
         room = Admission.of(w, max_num_seqs)
         g, pair_s, c_max = self._chunk_time, self.attn_pair_s, self.config.max_chunk
-        b = w.num_decoding
-        chunks: list[tuple[Request | PrefillPiece, int, int]] = []
+        b, pairs = w.num_decoding, 0.0  # tokens in the step so far; the planned chunks' attention cost
+        chunks: list[tuple[Request | PrefillPiece, int]] = []
         for req in w.queue:
             prior = req.kv_prior or req.queued_hit
-            left = budget - (g(b) - g(w.num_decoding)) - sum(pair_s * c * p for _, c, p in chunks)
+            left = budget - (g(b) - g(w.num_decoding)) - pairs
             todo = req.prefill_remaining - (0 if req.prefilled else req.queued_hit)
             lo = _largest(self._fits(b, prior, left), max(1, min(c_max, todo)))
             if lo < self.config.min_chunk and lo < todo:
                 break
             if not room.admit(req.prefilled, req.prefill_target, w.block_size):
                 break
-            chunks.append((req, lo, prior))
+            chunks.append((req, lo))
             b += lo
+            pairs += pair_s * lo * prior
             if lo < todo:
                 break
-        return [(r, c) for r, c, _ in chunks]
+        return chunks
 
     def estimate(self, w: WorkerView, plan: StepPlan) -> float:
         """The planner's own estimate of a step's time (checked against SLO_TBT in tests)."""

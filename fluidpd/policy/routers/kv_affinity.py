@@ -14,8 +14,7 @@ The least wins (the decode worker on a tie), the decode worker only when it hold
 the request as every prefill worker (its KV is the reason to go there; a queue that merely runs long
 is FluidToken borrowing's to relieve, as PPI says). A hot prefix whose holder's queue costs more than
 recomputing it elsewhere goes elsewhere (and is cached there next), so load spreads without a
-per-workload weight. One decision
-reads each candidate's cache once: O(workers x matched blocks).
+per-workload weight. One decision reads each candidate's cache once: O(workers x matched blocks).
 """
 
 from __future__ import annotations

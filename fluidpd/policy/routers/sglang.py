@@ -24,7 +24,7 @@ class SGLangCacheAware(Router):
         hi, lo = max(loads.values()), min(loads.values())
         if hi - lo > self.balance_abs and hi > self.balance_rel * lo:
             return min(pool, key=lambda w: (loads[w.id], w.id))
-        best = max(pool, key=lambda w: (w.cached_tokens(req), -w.id))
-        if best.cached_tokens(req) > self.cache_threshold * req.prefill_target:
+        hit, best = max(((w.cached_tokens(req), w) for w in pool), key=lambda x: (x[0], -x[1].id))
+        if hit > self.cache_threshold * req.prefill_target:
             return best
         return min(pool, key=lambda w: (w.num_cached_blocks, w.id))
