@@ -5,8 +5,9 @@ Setting: the KV-reuse experiment's cluster (8 x H100, Llama-3.1-8B BF16 at TP 1,
 jitter CV 0.05) with SLO TTFT 5 s / TBT 50 ms, P/D at 2P:6D (fluidpd starts there), chunked at its
 default budget; Claude Code sessions (closed loop) at the given concurrencies, window [3600, 4500) s of
 the synthesised clock. Nothing is tuned: a side-by-side at equal settings, not the experiment's table.
-Per system: hit rate / oracle, joint / strict attainment, turn-2+ TTFT p50 / p95, P99 TBT, KV moved per
-request, requests prefilled on the decode worker holding their context, role switches.
+Per system (the kv experiment's row, `kv_row`): hit rate / oracle, joint / strict attainment, turn-2+
+TTFT p50 / p95, P99 TBT, KV moved per request, requests prefilled on the decode worker holding their
+context, role switches.
 
     .venv/bin/python benchmarks/sim_kv_claude_code.py [--concurrency 64 90 128] [--goodput]
 
@@ -20,10 +21,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
 from tqdm import tqdm
 
-from fluidpd.bench.experiments.kv.setting import JITTER_CV, N_WORKERS
+from fluidpd.bench.experiments.kv.rows import kv_row
+from fluidpd.bench.experiments.kv.setting import JITTER_CV, N_WORKERS, followups, oracle_new_tokens
 from fluidpd.core.metrics import Slo
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.sim.config import SimConfig
@@ -41,15 +42,6 @@ SYSTEMS = (
 )
 
 
-def turn2(reqs) -> tuple[float, float]:
-    """Turn-2+ TTFT p50 and p95: each session's requests after its first."""
-    first: dict[int, int] = {}
-    for r in sorted(reqs, key=lambda r: r.arrival_s):
-        first.setdefault(r.session, r.id)
-    t = [r.first_token_s - r.arrival_s for r in reqs if r.session >= 0 and first[r.session] != r.id]
-    return (float(np.percentile(t, 50)), float(np.percentile(t, 95))) if t else (float("nan"), float("nan"))
-
-
 def run(concurrency: float, system: str) -> dict:
     policy, router = system.split("+")
     trace = load_claude_code(with_hashes=True, sessions=True, concurrency=concurrency).window(3600, 900)
@@ -61,15 +53,9 @@ def run(concurrency: float, system: str) -> dict:
         PolicyConfig(prefill_workers=2, router=router),
     )
     res = simulate(trace, policy, setup, keep_requests=True)
-    s = res.summary
-    p50, p95 = turn2(res.cluster.metrics.finished)
-    return {
-        **s,
-        "requests": len(trace),
-        "t2_p50": p50,
-        "t2_p95": p95,
-        "switches": len(getattr(res.cluster.policy, "transitions", [])),
-    }
+    block = setup.sim.block_size
+    row = kv_row(res, system, "", followups(trace, block), oracle_new_tokens(trace, block))
+    return {**res.summary, **row, "t2_p50": row["ttft_turn2_p50_s"], "t2_p95": row["ttft_turn2_p95_s"]}
 
 
 GOODPUT_GRID = (48.0, 64.0, 80.0, 96.0, 112.0, 128.0)
@@ -127,7 +113,7 @@ def main() -> None:
                 f"  turn-2+ TTFT {r['t2_p50'] * 1e3:7.0f} {r['t2_p95'] * 1e3:8.0f} ms"
                 f"  TBT p99 {r['tbt_p99_s'] * 1e3:4.0f} ms"
                 f"  KV {r['kv_bytes_per_request'] / 1e9:5.2f} GB/req  on decode {r['routed_to_decode']:4d}"
-                f"  switches {r['switches']}"
+                f"  switches {r['transitions']}"
             )
     parts = []
     for c in args.concurrency:
