@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from dataclasses import replace
 
 import pytest
 import torch
@@ -139,7 +140,10 @@ def test_a_hundred_forced_switches_under_streaming_load_lose_nothing(reference):
     """Streams keep arriving while the admin API switches a worker 100 times (each time one whose
     role has two serving workers): every stream gets the greedy reference tokens, none fails."""
     _, ids, expected = reference
-    coord = coordinator("fluidpd", 3, tbt_slo_s=0.5, fluid=FORCED_ONLY)
+    # every live decode of a draining worker migrates (none is "close enough to finish in place")
+    coord = coordinator(
+        "fluidpd", 3, tbt_slo_s=0.5, fluid=replace(FORCED_ONLY, role=replace(FORCED_ONLY.role, drain_finish_s=0))
+    )
     switches, results = 100, []
 
     async def go():
@@ -166,8 +170,10 @@ def test_a_hundred_forced_switches_under_streaming_load_lose_nothing(reference):
             for _ in range(switches):
                 while pol.switching():
                     await asyncio.sleep(0.005)
-                roles = [w.role for w in coord.cluster.workers]
-                wid = next(w for w, r in enumerate(roles) if roles.count(r) == 2)
+                ws = coord.cluster.workers
+                roles = [w.role for w in ws]
+                # of the two workers sharing a role, the busier one switches: a decode worker with live KV
+                wid = max((w for w, r in enumerate(roles) if roles.count(r) == 2), key=lambda w: ws[w].num_decoding)
                 coord.force_role(wid, "decode" if roles[wid].value == "prefill" else "prefill")
                 await asyncio.sleep(0.02)
             while pol.switching():
