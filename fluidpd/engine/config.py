@@ -19,7 +19,7 @@ DTYPES = {  # accepted spelling -> torch dtype name (torch is imported only to b
     "fp16": "float16",
 }
 LOAD_FORMATS = ("auto", "gguf", "safetensors", "dummy")  # "auto" + fluidpd.engine.loaders.LOADERS
-QUANTIZATIONS = ("none", "fp16", "int8")  # fluidpd.engine.linear.LINEARS (not imported: it imports torch)
+QUANTIZATIONS = ("none", "fp16", "int8", "gguf")  # fluidpd.engine.linear.LINEARS (not imported: it imports torch)
 ATTENTIONS = ("paged", "gather")  # decode attention: fluidpd.engine.paged_attention, or page gathers + SDPA
 MiB = 1 << 20
 
@@ -45,8 +45,9 @@ class EngineConfig:
     quantization: str = knob(
         "auto",
         "weight format of the linear layers: none (the model dtype, the reference), fp16 (fp16 weights), "
-        "int8 (per-channel int8 weights, per-token int8 activations); fp16 and int8 run on the CPU in "
-        "float32 (auto: fp16 there, none elsewhere)",
+        "int8 (per-channel int8 weights, per-token int8 activations), gguf (a GGUF's Q4_1 / Q8_0 blocks "
+        "read as shipped by a C kernel; float weights as fp16); all but none run on the CPU in float32 "
+        "(auto: gguf there for a GGUF checkpoint, else fp16; none elsewhere)",
         choices=("auto", *QUANTIZATIONS),
     )
     attention: str = knob(
@@ -132,12 +133,24 @@ class EngineConfig:
 
     @property
     def weight_format(self) -> str:
-        """`quantization` with auto resolved: fp16 for float32 on the CPU, none otherwise."""
+        """`quantization` with auto resolved: on the CPU in float32 gguf for a GGUF file, else fp16; none otherwise."""
         if self.quantization != "auto":
             return self.quantization
         import torch
 
-        return "fp16" if self.torch_device.type == "cpu" and self.torch_dtype == torch.float32 else "none"
+        if self.torch_device.type != "cpu" or self.torch_dtype != torch.float32:
+            return "none"
+        return "gguf" if self.checkpoint_format == "gguf" else "fp16"
+
+    @property
+    def checkpoint_format(self) -> str | None:
+        """The load format `model` resolves to (None: it does not exist)."""
+        from fluidpd.engine.loaders import resolve_model
+
+        try:
+            return resolve_model(self.model, self.load_format)[1]
+        except (FileNotFoundError, ValueError):
+            return None
 
     def arena_layout(self, block_bytes: int) -> tuple[int, int]:
         """(initial KV blocks, total arena bytes) for blocks of `block_bytes` bytes."""

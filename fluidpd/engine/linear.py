@@ -154,3 +154,6 @@ def _cpu_only(kind: str, device: torch.device) -> None:
 def tensor_bytes(*ts: torch.Tensor | None) -> int:
     """Bytes held by the given tensors (None skipped)."""
     return sum(t.numel() * t.element_size() for t in ts if t is not None)
+
+
+from fluidpd.engine import gguf_linear  # noqa: E402, F401  (registers "gguf"; it builds on Fp16Linear above)

@@ -14,7 +14,12 @@ MAX_DEFAULT_LEN = 8192
 def load_model(config: EngineConfig, checkpoint: Checkpoint | None = None) -> tuple[LlamaModel, Tokenizer | None]:
     """Weights (and tokenizer) for `config`; share the result between engines of one process."""
     ckpt = checkpoint or load_checkpoint(
-        config.model, config.load_format, config.torch_dtype, config.seed, config.model_overrides
+        config.model,
+        config.load_format,
+        config.torch_dtype,
+        config.seed,
+        config.model_overrides,
+        keep_quantized=config.weight_format == "gguf",
     )
     max_len = config.max_model_len or min(ckpt.config.max_position_embeddings, MAX_DEFAULT_LEN)
     model = LlamaModel(ckpt, config.torch_dtype, config.torch_device, max_len, config.weight_format, config.attention)

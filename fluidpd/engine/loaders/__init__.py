@@ -61,7 +61,12 @@ def load_checkpoint(
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
     overrides: dict[str, Any] | None = None,
+    keep_quantized: bool = False,
 ) -> Checkpoint:
-    """The checkpoint `model` names, read by the loader registered for its (resolved) format."""
+    """The checkpoint `model` names, read by the loader registered for its (resolved) format.
+
+    `keep_quantized`: a GGUF's Q4_1 / Q8_0 linear weights stay as shipped (`QuantizedTensor`).
+    """
     path, fmt = resolve_model(model, load_format)
-    return LOADERS.build(fmt, path, dtype, seed=seed, overrides=overrides or {})
+    extra = {"keep_quantized": True} if keep_quantized and fmt == "gguf" else {}
+    return LOADERS.build(fmt, path, dtype, seed=seed, overrides=overrides or {}, **extra)

@@ -14,6 +14,7 @@ import torch
 
 from fluidpd.core.registry import Registry
 from fluidpd.engine.model_config import ModelConfig
+from fluidpd.engine.quantized import QuantizedTensor
 
 
 @dataclass
@@ -21,7 +22,7 @@ class Checkpoint:
     """What a loader returns: shape, tensors (HF names), and the tokenizer's source."""
 
     config: ModelConfig
-    tensors: dict[str, torch.Tensor]
+    tensors: dict[str, torch.Tensor | QuantizedTensor]  # QuantizedTensor: GGUF blocks kept as shipped
     tokenizer_source: str | None = None  # a .gguf file, a tokenizer.json, or a directory
     rope_freqs: torch.Tensor | None = None  # llama3 GGUFs store the rope scaling as a tensor
     meta: dict[str, Any] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""GGUF files (llama.cpp): metadata to ModelConfig, tensors dequantised and renamed to HF names."""
+"""GGUF files (llama.cpp): metadata to ModelConfig, tensors dequantised (or kept as shipped) under HF names."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 
 from fluidpd.engine.loaders.checkpoint import LOADERS, Checkpoint
 from fluidpd.engine.model_config import ARCHITECTURES, ModelConfig
+from fluidpd.engine.quantized import BLOCK_BYTES, QuantizedTensor
 
 GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1")
 GGUF_NAMES = [
@@ -104,11 +105,26 @@ def dequantize_tensor(t) -> np.ndarray:
     return arr.reshape([int(x) for x in reversed(t.shape)])
 
 
+def shipped_blocks(t, name: str, tied: bool) -> bool:
+    """Whether tensor `t` (HF `name`) is a linear weight the `gguf` linear layer reads as shipped."""
+    linear = name.endswith("_proj.weight") or name == "lm_head.weight" or (tied and name == "model.embed_tokens.weight")
+    return linear and t.tensor_type.name in BLOCK_BYTES
+
+
 @LOADERS.register("gguf")
 def load_gguf(
-    path: str, dtype: torch.dtype = torch.float32, *, seed: int = 0, overrides: dict[str, Any] | None = None
+    path: str,
+    dtype: torch.dtype = torch.float32,
+    *,
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+    keep_quantized: bool = False,
 ) -> Checkpoint:
-    """Dequantised tensors under HF names, Q/K rows unpermuted; the tokenizer from the same reader."""
+    """Dequantised tensors under HF names, Q/K rows unpermuted; the tokenizer from the same reader.
+
+    `keep_quantized`: Q4_1 / Q8_0 linear weights (and a tied embedding) stay as shipped, as
+    `QuantizedTensor`s (their blocks, rows unpermuted alike), for `--quantization gguf`.
+    """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"GGUF file not found: {path!r}")
     import gguf
@@ -116,7 +132,7 @@ def load_gguf(
     reader = gguf.GGUFReader(path)
     cfg = gguf_model_config(reader)
     permuted = gguf_field(reader, "general.architecture") in ("llama", "mistral")
-    tensors: dict[str, torch.Tensor] = {}
+    tensors: dict[str, torch.Tensor | QuantizedTensor] = {}
     rope_freqs = None
     for t in reader.tensors:
         if t.name == "rope_freqs.weight":
@@ -125,11 +141,17 @@ def load_gguf(
         name = gguf_to_hf_name(t.name)
         if name is None:
             continue
-        arr = dequantize_tensor(t)
+        raw = keep_quantized and shipped_blocks(t, name, cfg.tie_word_embeddings)
+        arr = np.asarray(t.data) if raw else dequantize_tensor(t)
         if permuted and ".q_proj." in name:
             arr = unpermute_qk(arr, cfg.num_heads)
         elif permuted and ".k_proj." in name:
             arr = unpermute_qk(arr, cfg.num_kv_heads)
+        if raw:
+            rows = int(t.shape[-1])
+            data = torch.from_numpy(np.array(arr, dtype=np.uint8).reshape(rows, -1))  # a copy: not the mmap
+            tensors[name] = QuantizedTensor(t.tensor_type.name, (rows, int(t.shape[0])), data)
+            continue
         if not arr.flags.writeable or arr.dtype != np.float32:  # F32 tensors are views of the mmap
             arr = np.array(arr, dtype=np.float32)
         tensors[name] = torch.from_numpy(np.ascontiguousarray(arr)).to(dtype)

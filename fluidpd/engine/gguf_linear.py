@@ -1,0 +1,154 @@
+"""`--quantization gguf`: linear layers that read a GGUF's Q4_1 / Q8_0 blocks as shipped (a C kernel).
+
+Up to `MM_FROM_ROWS` activation rows (decode) the kernel (fluidpd/engine/kernels/gguf_linear.c)
+computes from the blocks: fp32 activations times the exactly dequantised weights, fp32 sums,
+output rows split across torch's thread count. From `MM_FROM_ROWS` rows on (prefill) the weight
+is dequantised a slice of rows at a time into float32 scratch and multiplied by torch.mm, which is
+faster there. Weights the GGUF ships in float (or a non-GGUF checkpoint) run as `fp16`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import warnings
+
+import torch
+
+from fluidpd.engine.kernels import KernelUnavailable, load
+from fluidpd.engine.linear import LINEARS, Fp16Linear, Linear, tensor_bytes
+from fluidpd.engine.quantized import GGML_TYPE, QuantizedTensor
+
+MM_FROM_ROWS = 32  # activation rows from which dequantise + torch.mm beats the kernel (measured)
+SCRATCH_BYTES = 8 << 20  # the float32 slice of a weight dequantised at once on the torch.mm path
+SCALAR_ENV = "FLUIDPD_GGUF_SCALAR"  # "1": the kernel's portable scalar path even where AVX2 is compiled in
+
+_p, _i32, _i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+_scratch = threading.local()
+
+
+class GgufKernel:
+    """The compiled kernel's two entry points (y = x W^T, and rows of W dequantised)."""
+
+    def __init__(self) -> None:
+        lib = load("gguf_linear")
+        self.linear = lib.gguf_linear
+        self.linear.restype = _i32
+        self.linear.argtypes = [_i32, _p, _i64, _i64, _p, _i64, _i64, _p, _i32]
+        self.dequantize = lib.gguf_dequantize
+        self.dequantize.restype = _i32
+        self.dequantize.argtypes = [_i32, _p, _i64, _p, _i64, _i64, _p, _i32]
+        self._force_scalar, self._simd = lib.gguf_force_scalar, lib.gguf_simd
+        self._force_scalar.argtypes, self._simd.restype = [_i32], _i32
+        self.force_scalar(os.environ.get(SCALAR_ENV, "") == "1")
+
+    def force_scalar(self, on: bool) -> None:
+        """Use the portable scalar path (process-wide) even where the AVX2 one is compiled in."""
+        self._force_scalar(int(on))
+
+    @property
+    def simd(self) -> bool:
+        """Whether calls take the AVX2 path."""
+        return bool(self._simd())
+
+
+_kernel: GgufKernel | None = None
+
+
+def kernel() -> GgufKernel:
+    """The process's kernel, built on first use (KernelUnavailable when it cannot be)."""
+    global _kernel
+    if _kernel is None:
+        _kernel = GgufKernel()
+    return _kernel
+
+
+class GgufLinear:
+    """y = x W^T (+ b) with W a QuantizedTensor (Q4_1 or Q8_0 blocks), on the CPU in float32."""
+
+    def __init__(self, weight: QuantizedTensor, bias: torch.Tensor | None = None, *, lookups: bool = False) -> None:
+        if weight.data.device.type != "cpu":
+            raise ValueError("--quantization gguf runs on the CPU")
+        self.k = kernel()
+        self.weight, self.bias = weight, None if bias is None else bias.float()
+        self.out_features, self.in_features = weight.shape
+        self.type, self.ptr = GGML_TYPE[weight.kind], weight.data.data_ptr()
+        self.slice_rows = max(1, SCRATCH_BYTES // (4 * self.in_features))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] != self.in_features:
+            raise ValueError(f"gguf linear takes float32 [N, {self.in_features}], got {x.dtype} {tuple(x.shape)}")
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        n = x.shape[0]
+        if n >= MM_FROM_ROWS:
+            y = self._mm(x)
+        else:
+            y = x.new_empty(n, self.out_features)
+            rc = self.k.linear(
+                self.type, self.ptr, self.out_features, self.in_features, x.data_ptr(), x.stride(0), n,
+                y.data_ptr(), torch.get_num_threads(),
+            )  # fmt: skip
+            if rc != 0:
+                raise ValueError(f"gguf kernel refused a {self.weight.kind} {self.weight.shape} weight")
+        return y if self.bias is None else y.add_(self.bias)
+
+    def _mm(self, x: torch.Tensor) -> torch.Tensor:
+        """Dequantise a slice of rows at a time into scratch and multiply with torch.mm."""
+        y = x.new_empty(x.shape[0], self.out_features)
+        scratch = _scratch_buffer(self.slice_rows * self.in_features)
+        for r0 in range(0, self.out_features, self.slice_rows):
+            rows = min(self.slice_rows, self.out_features - r0)
+            w = scratch[: rows * self.in_features].view(rows, self.in_features)
+            self._dequantize(w, None, r0, rows)
+            if rows == self.out_features:
+                torch.mm(x, w.t(), out=y)
+            else:
+                y[:, r0 : r0 + rows] = torch.mm(x, w.t())
+        return y
+
+    def _dequantize(self, out: torch.Tensor, ids: torch.Tensor | None, first: int, count: int) -> None:
+        rc = self.k.dequantize(
+            self.type, self.ptr, self.in_features, None if ids is None else ids.data_ptr(), first, count,
+            out.data_ptr(), torch.get_num_threads(),
+        )  # fmt: skip
+        if rc != 0:
+            raise ValueError(f"gguf kernel refused a {self.weight.kind} {self.weight.shape} weight")
+
+    @property
+    def nbytes(self) -> int:
+        return self.weight.nbytes + tensor_bytes(self.bias)
+
+    def to(self, device: torch.device) -> GgufLinear:
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"--quantization gguf runs on the CPU; use 'none' on {torch.device(device).type}")
+        return self
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` of the weight, dequantised (a tied embedding's lookup)."""
+        ids = ids.to(torch.int64).contiguous()
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.out_features):
+            raise IndexError(f"row ids must lie in [0, {self.out_features})")
+        out = torch.empty(ids.numel(), self.in_features)
+        self._dequantize(out, ids, 0, ids.numel())
+        return out.view(*ids.shape, self.in_features)
+
+
+def _scratch_buffer(numel: int) -> torch.Tensor:
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.numel() < numel:
+        buf = _scratch.buf = torch.empty(numel)
+    return buf
+
+
+@LINEARS.register("gguf")
+def gguf_linear(weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, **kw) -> Linear:
+    """The kernel for quantised blocks; fp16 for float weights, or where the kernel cannot be built."""
+    if isinstance(weight, QuantizedTensor):
+        try:
+            return GgufLinear(weight, bias, **kw)
+        except KernelUnavailable as exc:
+            warnings.warn(f"--quantization gguf falls back to fp16: {exc}", RuntimeWarning, stacklevel=2)
+            weight = weight.dequantize()
+    return Fp16Linear(weight, bias, **kw)

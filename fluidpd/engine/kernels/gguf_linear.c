@@ -1,0 +1,413 @@
+/* y[N, rows] = x[N, cols] . W^T with W in GGUF Q4_1 or Q8_0 blocks, read as shipped, float32 out.
+ *
+ * A row of W is cols / 32 blocks. Q4_1: fp16 d, fp16 m, 16 bytes of nibbles (low nibbles are
+ * elements 0..15, high nibbles 16..31), w = d * q + m. Q8_0: fp16 d, 32 int8, w = d * q.
+ * Exact arithmetic (fp32 activations, fp32 sums): per block and activation row,
+ *   x . w_block = d * sum(q_i x_i) + m * sum(x_i),
+ * with sum(x_i) computed once per block of each activation row. The 32 products of a block are
+ * summed in 8 lanes (4 chunks of 8, chunk c = elements 8c..8c+7), scaled by d into 8 lane
+ * accumulators per output, and the lanes are reduced at the row's end in one fixed order; the
+ * scalar path follows the same order with fmaf, so both paths give bit-identical results.
+ * Each weight block is unpacked once and applied to a tile of up to TILE activation rows.
+ * Output rows are split across a persistent pool of threads (the caller's thread is part 0):
+ * workers spin briefly on a generation counter, then sleep on a futex.
+ */
+/* rounding is spelled out (fmaf where fused): no compiler contraction of a * b + c */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define HAVE_AVX2 1
+#else
+#define HAVE_AVX2 0
+#endif
+
+#define QK 32
+#define TYPE_Q4_1 3 /* ggml type ids */
+#define TYPE_Q8_0 8
+#define TILE 8        /* activation rows sharing one unpacked weight block */
+#define MAX_THREADS 64
+#define SPIN_NS 200000 /* a worker spins this long for the next call before sleeping */
+
+static int force_scalar = 0;
+
+static inline float fp16_to_fp32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        const float f = (float)man * 5.9604644775390625e-8f; /* man * 2^-24, exact */
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    float out;
+    memcpy(&out, &bits, 4);
+    return out;
+}
+
+static inline uint16_t rd16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+static inline int64_t block_bytes(int32_t type) { return type == TYPE_Q4_1 ? 20 : type == TYPE_Q8_0 ? 34 : 0; }
+
+/* sx[n * nb + b] = sum of block b of activation row n (only Q4_1 needs it) */
+static void block_sums(const float *x, int64_t ldx, int64_t n, int64_t nb, float *sx) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *p = x + i * ldx + b * QK;
+            float s[8];
+            for (int l = 0; l < 8; l++) s[l] = p[l] + p[8 + l] + p[16 + l] + p[24 + l];
+            sx[i * nb + b] = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+        }
+}
+
+/* ---- scalar path: 8 lanes as arrays, same operation order as the vector path ---- */
+
+static inline void unpack_scalar(int32_t type, const uint8_t *blk, float q[QK], float *d, float *m) {
+    if (type == TYPE_Q4_1) {
+        *d = fp16_to_fp32(rd16(blk));
+        *m = fp16_to_fp32(rd16(blk + 2));
+        for (int i = 0; i < 16; i++) {
+            q[i] = (float)(blk[4 + i] & 0x0f);
+            q[16 + i] = (float)(blk[4 + i] >> 4);
+        }
+    } else {
+        *d = fp16_to_fp32(rd16(blk));
+        *m = 0.0f;
+        for (int i = 0; i < QK; i++) q[i] = (float)(int8_t)blk[2 + i];
+    }
+}
+
+static inline float lanes_sum(const float a[8]) {
+    const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
+static void rows_scalar(int32_t type, const uint8_t *w, int64_t r0, int64_t r1, int64_t nb, const float *x,
+                        int64_t ldx, int64_t n, const float *sx, float *y, int64_t ldy) {
+    const int64_t bb = block_bytes(type);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w + r * nb * bb;
+        for (int64_t i0 = 0; i0 < n; i0 += TILE) {
+            const int64_t nt = n - i0 < TILE ? n - i0 : TILE;
+            float acc[TILE][8], ms[TILE];
+            memset(acc, 0, sizeof acc);
+            memset(ms, 0, sizeof ms);
+            for (int64_t b = 0; b < nb; b++) {
+                float q[QK], d, m;
+                unpack_scalar(type, wr + b * bb, q, &d, &m);
+                for (int64_t i = 0; i < nt; i++) {
+                    const float *xb = x + (i0 + i) * ldx + b * QK;
+                    for (int l = 0; l < 8; l++) {
+                        float t = q[l] * xb[l];
+                        t = fmaf(q[8 + l], xb[8 + l], t);
+                        t = fmaf(q[16 + l], xb[16 + l], t);
+                        t = fmaf(q[24 + l], xb[24 + l], t);
+                        acc[i][l] = fmaf(d, t, acc[i][l]);
+                    }
+                    if (type == TYPE_Q4_1) ms[i] = fmaf(m, sx[(i0 + i) * nb + b], ms[i]);
+                }
+            }
+            for (int64_t i = 0; i < nt; i++) y[(i0 + i) * ldy + r] = lanes_sum(acc[i]) + ms[i];
+        }
+    }
+}
+
+/* ---- AVX2 + FMA path ---- */
+#if HAVE_AVX2
+static inline float hsum8(__m256 a) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)); /* l, l+4 */
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));                                   /* (0+2), (1+3) */
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+static inline void unpack_avx2(int32_t type, const uint8_t *blk, __m256 q[4], float *d, float *m) {
+    *d = _cvtsh_ss(rd16(blk));
+    if (type == TYPE_Q4_1) {
+        *m = _cvtsh_ss(rd16(blk + 2));
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 4)));
+        const __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 12)));
+        const __m256i f = _mm256_set1_epi32(0x0f);
+        q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(lo, f));
+        q[1] = _mm256_cvtepi32_ps(_mm256_and_si256(hi, f));
+        q[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 4));
+        q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 4));
+    } else {
+        *m = 0.0f;
+        for (int c = 0; c < 4; c++)
+            q[c] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * c))));
+    }
+}
+
+static inline __attribute__((always_inline)) void row_tile_avx2(int32_t type, const uint8_t *wr, int64_t nb,
+                                                                const float *x, int64_t ldx, const float *sx,
+                                                                int64_t sxo, int nt, float *y, int64_t ldy) {
+    const int64_t bb = block_bytes(type);
+    __m256 acc[TILE];
+    float ms[TILE];
+    for (int i = 0; i < nt; i++) acc[i] = _mm256_setzero_ps(), ms[i] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 q[4];
+        float d, m;
+        unpack_avx2(type, wr + b * bb, q, &d, &m);
+        const __m256 dv = _mm256_set1_ps(d);
+        for (int i = 0; i < nt; i++) {
+            const float *xb = x + i * ldx + b * QK;
+            __m256 t = _mm256_mul_ps(q[0], _mm256_loadu_ps(xb));
+            t = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xb + 8), t);
+            t = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xb + 16), t);
+            t = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xb + 24), t);
+            acc[i] = _mm256_fmadd_ps(dv, t, acc[i]);
+            if (type == TYPE_Q4_1) ms[i] = fmaf(m, sx[i * sxo + b], ms[i]);
+        }
+    }
+    for (int i = 0; i < nt; i++) y[i * ldy] = hsum8(acc[i]) + ms[i];
+}
+
+#define TILE_CASE(T)                                                                                            \
+    case T:                                                                                                     \
+        row_tile_avx2(type, wr, nb, x + i0 * ldx, ldx, sx + i0 * nb, nb, T, y + i0 * ldy + r, ldy);          \
+        break;
+
+static void rows_avx2(int32_t type, const uint8_t *w, int64_t r0, int64_t r1, int64_t nb, const float *x,
+                      int64_t ldx, int64_t n, const float *sx, float *y, int64_t ldy) {
+    const int64_t bb = block_bytes(type);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w + r * nb * bb;
+        for (int64_t i0 = 0; i0 < n; i0 += TILE) {
+            switch (n - i0 < TILE ? n - i0 : TILE) {
+                TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6) TILE_CASE(7) TILE_CASE(8)
+            }
+        }
+    }
+}
+#endif
+
+/* ---- the thread pool ---- */
+
+typedef struct {
+    void (*fn)(void *arg, int part, int parts);
+    void *arg;
+    int parts;
+} job_t;
+
+static struct {
+    pthread_mutex_t lock; /* one caller at a time; a second caller runs alone instead of waiting */
+    int workers;
+    job_t job;
+    _Atomic uint32_t gen;
+    _Atomic int pending;
+    _Atomic int sleepers;
+    uint32_t start_gen[MAX_THREADS];
+} pool = {PTHREAD_MUTEX_INITIALIZER, 0, {0}, 0, 0, 0, {0}};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void gen_wait(uint32_t seen) {
+#ifdef __linux__
+    syscall(SYS_futex, &pool.gen, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+#else
+    (void)seen;
+    sched_yield();
+#endif
+}
+
+static void gen_wake(void) {
+#ifdef __linux__
+    syscall(SYS_futex, &pool.gen, FUTEX_WAKE_PRIVATE, MAX_THREADS, NULL, NULL, 0);
+#endif
+}
+
+static void *worker_main(void *arg) {
+    const int part = (int)(intptr_t)arg;
+    uint32_t seen = pool.start_gen[part]; /* the call that started us may have bumped gen already */
+    for (;;) {
+        const int64_t t0 = now_ns();
+        int spins = 0;
+        while (atomic_load_explicit(&pool.gen, memory_order_acquire) == seen) {
+            cpu_relax();
+            if (++spins % 256 == 0 && now_ns() - t0 > SPIN_NS) {
+                atomic_fetch_add(&pool.sleepers, 1);
+                gen_wait(seen);
+                atomic_fetch_sub(&pool.sleepers, 1);
+            }
+        }
+        seen = atomic_load_explicit(&pool.gen, memory_order_acquire);
+        const job_t job = pool.job;
+        if (part < job.parts) {
+            job.fn(job.arg, part, job.parts);
+            atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
+        }
+    }
+    return NULL;
+}
+
+static void pool_after_fork(void) { /* the child has no workers: start over */
+    pthread_mutex_init(&pool.lock, NULL);
+    pool.workers = 0;
+    atomic_store(&pool.pending, 0);
+    atomic_store(&pool.sleepers, 0);
+}
+
+/* runs fn(arg, p, parts) for p < parts, part 0 on the calling thread */
+static void run_parts(void (*fn)(void *, int, int), void *arg, int parts) {
+    if (parts > MAX_THREADS) parts = MAX_THREADS;
+    if (parts <= 1 || pthread_mutex_trylock(&pool.lock) != 0) {
+        for (int p = 0; p < (parts < 1 ? 1 : parts); p++) fn(arg, p, parts < 1 ? 1 : parts);
+        return;
+    }
+    static int atfork = 0;
+    if (!atfork) {
+        pthread_atfork(NULL, NULL, pool_after_fork);
+        atfork = 1;
+    }
+    while (pool.workers < parts - 1) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pool.start_gen[pool.workers + 1] = atomic_load(&pool.gen);
+        if (pthread_create(&t, &attr, worker_main, (void *)(intptr_t)(pool.workers + 1)) != 0) {
+            pthread_attr_destroy(&attr);
+            break;
+        }
+        pthread_attr_destroy(&attr);
+        pool.workers++;
+    }
+    const int threaded = parts - 1 < pool.workers ? parts : pool.workers + 1;
+    pool.job = (job_t){fn, arg, threaded};
+    atomic_store(&pool.pending, threaded - 1);
+    atomic_fetch_add(&pool.gen, 1);
+    if (atomic_load(&pool.sleepers) > 0) gen_wake();
+    fn(arg, 0, threaded);
+    const int64_t t0 = now_ns();
+    for (int spins = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; spins++) {
+        cpu_relax();
+        if (spins > 1024 && now_ns() - t0 > SPIN_NS / 4) sched_yield(); /* a worker lost its core */
+    }
+    pthread_mutex_unlock(&pool.lock);
+}
+
+/* ---- entry points ---- */
+
+typedef struct {
+    int32_t type;
+    const uint8_t *w;
+    int64_t rows, nb;
+    const float *x;
+    int64_t ldx, n;
+    float *y;
+} linear_t;
+
+static void range_of(int64_t total, int part, int parts, int64_t *r0, int64_t *r1) {
+    const int64_t per = (total + parts - 1) / parts;
+    *r0 = per * part < total ? per * part : total;
+    *r1 = *r0 + per < total ? *r0 + per : total;
+}
+
+static void linear_part(void *arg, int part, int parts) {
+    const linear_t *a = arg;
+    int64_t r0, r1;
+    range_of(a->rows, part, parts, &r0, &r1);
+    if (r0 >= r1) return;
+    const int64_t need = a->type == TYPE_Q4_1 ? a->n * a->nb : 1;
+    float stack[4096];
+    float *sx = need <= 4096 ? stack : malloc((size_t)need * sizeof(float));
+    if (sx == NULL) abort();
+    if (a->type == TYPE_Q4_1) block_sums(a->x, a->ldx, a->n, a->nb, sx);
+#if HAVE_AVX2
+    if (!force_scalar)
+        rows_avx2(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, sx, a->y, a->rows);
+    else
+#endif
+        rows_scalar(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, sx, a->y, a->rows);
+    if (sx != stack) free(sx);
+}
+
+/* y [n, rows] (contiguous) = x [n, cols] (rows ldx apart) . W^T; 0, or -1 for a bad type or shape */
+int32_t gguf_linear(int32_t type, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int64_t ldx,
+                    int64_t n, float *y, int32_t threads) {
+    if (block_bytes(type) == 0 || cols % QK != 0 || rows < 1 || n < 0 || ldx < cols) return -1;
+    if (n == 0) return 0;
+    linear_t a = {type, w, rows, cols / QK, x, ldx, n, y};
+    /* under ~64 output rows a part costs less than waking a thread */
+    int parts = threads < 1 ? 1 : threads;
+    if (rows / parts < 64) parts = rows / 64 > 1 ? (int)(rows / 64) : 1;
+    run_parts(linear_part, &a, parts);
+    return 0;
+}
+
+typedef struct {
+    int32_t type;
+    const uint8_t *w;
+    int64_t nb;
+    const int64_t *ids;
+    int64_t first, count;
+    float *out;
+} dequant_t;
+
+static void dequant_part(void *arg, int part, int parts) {
+    const dequant_t *a = arg;
+    const int64_t bb = block_bytes(a->type);
+    int64_t r0, r1;
+    range_of(a->count, part, parts, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) {
+        const int64_t r = a->ids ? a->ids[i] : a->first + i;
+        const uint8_t *wr = a->w + r * a->nb * bb;
+        float *o = a->out + i * a->nb * QK;
+        for (int64_t b = 0; b < a->nb; b++) {
+            float q[QK], d, m;
+            unpack_scalar(a->type, wr + b * bb, q, &d, &m);
+            for (int k = 0; k < QK; k++) o[b * QK + k] = d * q[k] + m; /* two roundings, as gguf-py and ggml's reference */
+        }
+    }
+}
+
+/* out [count, cols] = the dequantised rows ids[i] (ids NULL: rows first .. first + count - 1) */
+int32_t gguf_dequantize(int32_t type, const uint8_t *w, int64_t cols, const int64_t *ids, int64_t first,
+                        int64_t count, float *out, int32_t threads) {
+    if (block_bytes(type) == 0 || cols % QK != 0 || count < 0) return -1;
+    dequant_t a = {type, w, cols / QK, ids, first, count, out};
+    int parts = threads < 1 ? 1 : threads;
+    if (count / parts < 16) parts = count / 16 > 1 ? (int)(count / 16) : 1;
+    run_parts(dequant_part, &a, parts);
+    return 0;
+}
+
+/* 1: the AVX2 path is compiled in and used */
+int32_t gguf_simd(void) { return HAVE_AVX2 && !force_scalar; }
+
+void gguf_force_scalar(int32_t on) { force_scalar = on != 0; }
