@@ -1,10 +1,11 @@
 """Quantised weights vs the fp32 reference on the shipped SmolLM2 GGUF: perplexity drift, logit error, greedy agreement.
 
-For each weight format (`--quantization`: none is the reference, fp16, int8): perplexity over
+For each weight format (`--quantization`: none is the reference, fp16, int8, gguf): perplexity over
 held texts (two windows of the seed documents, 1024 tokens each, never used to pick a
 tolerance), the largest |logit - reference logit| relative to the largest logit, top-1
-agreement with the reference at every position, and how many greedy 32-token continuations of
-the engine tests' prompts equal the reference's (and where the first differs).
+agreement with the reference at every position, how many greedy 32-token continuations of
+the engine tests' prompts equal the reference's (and where the first differs), and the bytes of
+weights a decode step streams (MB).
 
     .venv/bin/python benchmarks/engine_quantization.py [--tokens 1024]
 """
@@ -52,7 +53,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--max-tokens", type=int, default=32)
     args = ap.parse_args()
-    formats = ("none", "fp16", "int8")
+    formats = ("none", "fp16", "int8", "gguf")
     engines = {q: engine(256, quantization=q, max_num_batched_tokens=args.tokens) for q in formats}
     tok = engines["none"].tokenizer
     texts = {k: tok.encode(v)[: args.tokens] for k, v in held_texts().items()}
@@ -78,7 +79,7 @@ def main() -> None:
         first = [
             next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None) for a, b in zip(greedy[q], greedy["none"])
         ]
-        summary[q] = (drift, top1)
+        summary[q] = (drift, top1, same)
         print(
             f"{q:6} {engines[q].model.weight_bytes() / 1e6:6.1f} "
             + " ".join(f"{ppl[k]:14.3f}" for k in texts)
@@ -86,9 +87,11 @@ def main() -> None:
         )
     print(
         "engine_quantization: perplexity drift vs fp32 "
-        + ", ".join(f"{q} {d:+.2%}" for q, (d, _) in summary.items() if q != "none")
+        + ", ".join(f"{q} {d:+.2%}" for q, (d, _, _) in summary.items() if q != "none")
         + "; top-1 agreement "
-        + ", ".join(f"{q} {t:.1%}" for q, (_, t) in summary.items() if q != "none")
+        + ", ".join(f"{q} {t:.1%}" for q, (_, t, _) in summary.items() if q != "none")
+        + "; greedy equal "
+        + ", ".join(f"{q} {s}/{len(PROMPTS)}" for q, (_, _, s) in summary.items() if q != "none")
     )
 
 

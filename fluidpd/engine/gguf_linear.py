@@ -20,9 +20,10 @@ from fluidpd.engine.kernels import KernelUnavailable, load
 from fluidpd.engine.linear import LINEARS, Fp16Linear, Linear, tensor_bytes
 from fluidpd.engine.quantized import GGML_TYPE, QuantizedTensor
 
-MM_FROM_ROWS = 32  # activation rows from which dequantise + torch.mm beats the kernel (measured)
+MM_FROM_ROWS = 24  # activation rows from which dequantise + torch.mm beats the kernel (measured)
 SCRATCH_BYTES = 8 << 20  # the float32 slice of a weight dequantised at once on the torch.mm path
-SCALAR_ENV = "FLUIDPD_GGUF_SCALAR"  # "1": the kernel's portable scalar path even where AVX2 is compiled in
+ISAS = ("scalar", "avx2", "avx512")  # the kernel's paths, narrowest first
+ISA_ENV = "FLUIDPD_GGUF_ISA"  # the widest path to use (one of ISAS; default: the widest compiled in)
 
 _p, _i32, _i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
 _scratch = threading.local()
@@ -39,18 +40,19 @@ class GgufKernel:
         self.dequantize = lib.gguf_dequantize
         self.dequantize.restype = _i32
         self.dequantize.argtypes = [_i32, _p, _i64, _p, _i64, _i64, _p, _i32]
-        self._force_scalar, self._simd = lib.gguf_force_scalar, lib.gguf_simd
-        self._force_scalar.argtypes, self._simd.restype = [_i32], _i32
-        self.force_scalar(os.environ.get(SCALAR_ENV, "") == "1")
+        self._set_isa = lib.gguf_set_isa
+        self._set_isa.argtypes, self._set_isa.restype = [_i32], _i32
+        most = os.environ.get(ISA_ENV) or ISAS[-1]
+        if most not in ISAS:
+            raise ValueError(f"{ISA_ENV} must be one of {ISAS}, got {most!r}")
+        self.isa = self.set_isa(ISAS.index(most))
 
-    def force_scalar(self, on: bool) -> None:
-        """Use the portable scalar path (process-wide) even where the AVX2 one is compiled in."""
-        self._force_scalar(int(on))
+    def set_isa(self, most: int) -> int:
+        """Calls take the widest path compiled in up to `most` (an index of ISAS), process-wide; returns it.
 
-    @property
-    def simd(self) -> bool:
-        """Whether calls take the AVX2 path."""
-        return bool(self._simd())
+        Every path gives bit-identical results (they sum in the same order)."""
+        self.isa = self._set_isa(most)
+        return self.isa
 
 
 _kernel: GgufKernel | None = None

@@ -48,7 +48,7 @@ def _ppl(logits: torch.Tensor, ids: list[int]) -> float:
 
 
 def test_auto_is_fp16_for_float32_on_cpu_and_none_otherwise():
-    assert EngineConfig().weight_format == "fp16"
+    assert EngineConfig(load_format="dummy").weight_format == "fp16"  # a GGUF gets gguf (test_engine_gguf_linear)
     assert EngineConfig(dtype="bfloat16").weight_format == "none"
     assert EngineConfig(quantization="int8").weight_format == "int8"
     with pytest.raises(ValueError, match="runs on the CPU in float32"):

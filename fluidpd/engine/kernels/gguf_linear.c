@@ -46,7 +46,8 @@
 #define MAX_THREADS 64
 #define SPIN_NS 200000 /* a worker spins this long for the next call before sleeping */
 
-static int force_scalar = 0;
+static int32_t isa = 0; /* the path calls take (gguf_set_isa): 0 scalar, 1 AVX2, 2 AVX-512 */
+
 
 static inline float fp16_to_fp32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
@@ -206,6 +207,86 @@ static void rows_avx2(int32_t type, const uint8_t *w, int64_t r0, int64_t r1, in
 }
 #endif
 
+/* ---- AVX-512 path: two weight rows per 16-lane register, each half the AVX2 path's 8 lanes ---- */
+#if HAVE_AVX2 && defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__)
+#define HAVE_AVX512 1
+static inline __m512i pair_bytes(const uint8_t *a, const uint8_t *b, int signed8) {
+    const __m128i v = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64((const __m128i *)a)),
+                                                    (const double *)b)); /* 8 bytes of a, then 8 of b */
+    return signed8 ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+}
+
+static inline __m512 pair_set(float lo, float hi) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(lo)), _mm256_set1_ps(hi), 1);
+}
+
+static inline __attribute__((always_inline)) void pair_tile_avx512(int32_t type, const uint8_t *w0,
+                                                                   const uint8_t *w1, int64_t nb, const float *x,
+                                                                   int64_t ldx, const float *sx, int64_t sxo,
+                                                                   int nt, float *y, int64_t ldy) {
+    const int64_t bb = block_bytes(type);
+    __m512 acc[TILE];
+    float m0s[TILE], m1s[TILE];
+    for (int i = 0; i < nt; i++) acc[i] = _mm512_setzero_ps(), m0s[i] = 0.0f, m1s[i] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *b0 = w0 + b * bb, *b1 = w1 + b * bb;
+        __m512 q[4];
+        float m0 = 0.0f, m1 = 0.0f;
+        const __m512 dv = pair_set(_cvtsh_ss(rd16(b0)), _cvtsh_ss(rd16(b1)));
+        if (type == TYPE_Q4_1) {
+            m0 = _cvtsh_ss(rd16(b0 + 2)), m1 = _cvtsh_ss(rd16(b1 + 2));
+            const __m512i lo = pair_bytes(b0 + 4, b1 + 4, 0), hi = pair_bytes(b0 + 12, b1 + 12, 0);
+            const __m512i f = _mm512_set1_epi32(0x0f);
+            q[0] = _mm512_cvtepi32_ps(_mm512_and_si512(lo, f));
+            q[1] = _mm512_cvtepi32_ps(_mm512_and_si512(hi, f));
+            q[2] = _mm512_cvtepi32_ps(_mm512_srli_epi32(lo, 4));
+            q[3] = _mm512_cvtepi32_ps(_mm512_srli_epi32(hi, 4));
+        } else {
+            for (int c = 0; c < 4; c++) q[c] = _mm512_cvtepi32_ps(pair_bytes(b0 + 2 + 8 * c, b1 + 2 + 8 * c, 1));
+        }
+        for (int i = 0; i < nt; i++) {
+            const float *xb = x + i * ldx + b * QK;
+            __m512 t = _mm512_mul_ps(q[0], _mm512_broadcast_f32x8(_mm256_loadu_ps(xb)));
+            t = _mm512_fmadd_ps(q[1], _mm512_broadcast_f32x8(_mm256_loadu_ps(xb + 8)), t);
+            t = _mm512_fmadd_ps(q[2], _mm512_broadcast_f32x8(_mm256_loadu_ps(xb + 16)), t);
+            t = _mm512_fmadd_ps(q[3], _mm512_broadcast_f32x8(_mm256_loadu_ps(xb + 24)), t);
+            acc[i] = _mm512_fmadd_ps(dv, t, acc[i]);
+            if (type == TYPE_Q4_1) {
+                m0s[i] = fmaf(m0, sx[i * sxo + b], m0s[i]);
+                m1s[i] = fmaf(m1, sx[i * sxo + b], m1s[i]);
+            }
+        }
+    }
+    for (int i = 0; i < nt; i++) {
+        y[i * ldy] = hsum8(_mm512_castps512_ps256(acc[i])) + m0s[i];
+        y[i * ldy + 1] = hsum8(_mm512_extractf32x8_ps(acc[i], 1)) + m1s[i];
+    }
+}
+
+#define PAIR_CASE(T)                                                                                            \
+    case T:                                                                                                     \
+        pair_tile_avx512(type, wr, wr + nb * bb, nb, x + i0 * ldx, ldx, sx + i0 * nb, nb, T, y + i0 * ldy + r, \
+                         ldy);                                                                                  \
+        break;
+
+static void rows_avx512(int32_t type, const uint8_t *w, int64_t r0, int64_t r1, int64_t nb, const float *x,
+                        int64_t ldx, int64_t n, const float *sx, float *y, int64_t ldy) {
+    const int64_t bb = block_bytes(type);
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2) {
+        const uint8_t *wr = w + r * nb * bb;
+        for (int64_t i0 = 0; i0 < n; i0 += TILE) {
+            switch (n - i0 < TILE ? n - i0 : TILE) {
+                PAIR_CASE(1) PAIR_CASE(2) PAIR_CASE(3) PAIR_CASE(4) PAIR_CASE(5) PAIR_CASE(6) PAIR_CASE(7) PAIR_CASE(8)
+            }
+        }
+    }
+    if (r < r1) rows_avx2(type, w, r, r1, nb, x, ldx, n, sx, y, ldy);
+}
+#else
+#define HAVE_AVX512 0
+#endif
+
 /* ---- the thread pool ---- */
 
 typedef struct {
@@ -333,7 +414,7 @@ typedef struct {
 } linear_t;
 
 static void range_of(int64_t total, int part, int parts, int64_t *r0, int64_t *r1) {
-    const int64_t per = (total + parts - 1) / parts;
+    const int64_t per = ((total + parts - 1) / parts + 1) & ~(int64_t)1; /* even: rows pair up */
     *r0 = per * part < total ? per * part : total;
     *r1 = *r0 + per < total ? *r0 + per : total;
 }
@@ -348,12 +429,19 @@ static void linear_part(void *arg, int part, int parts) {
     float *sx = need <= 4096 ? stack : malloc((size_t)need * sizeof(float));
     if (sx == NULL) abort();
     if (a->type == TYPE_Q4_1) block_sums(a->x, a->ldx, a->n, a->nb, sx);
-#if HAVE_AVX2
-    if (!force_scalar)
-        rows_avx2(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, sx, a->y, a->rows);
-    else
+#if HAVE_AVX512
+    if (isa >= 2) {
+        rows_avx512(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, sx, a->y, a->rows);
+    } else
 #endif
+#if HAVE_AVX2
+    if (isa >= 1) {
+        rows_avx2(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, sx, a->y, a->rows);
+    } else
+#endif
+    {
         rows_scalar(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, sx, a->y, a->rows);
+    }
     if (sx != stack) free(sx);
 }
 
@@ -407,7 +495,9 @@ int32_t gguf_dequantize(int32_t type, const uint8_t *w, int64_t cols, const int6
     return 0;
 }
 
-/* 1: the AVX2 path is compiled in and used */
-int32_t gguf_simd(void) { return HAVE_AVX2 && !force_scalar; }
-
-void gguf_force_scalar(int32_t on) { force_scalar = on != 0; }
+/* the widest path compiled in, at most `most` (0 scalar, 1 AVX2, 2 AVX-512) is used from now on; returns it */
+int32_t gguf_set_isa(int32_t most) {
+    const int32_t built = HAVE_AVX512 ? 2 : HAVE_AVX2 ? 1 : 0;
+    isa = most < built ? (most < 0 ? 0 : most) : built;
+    return isa;
+}
