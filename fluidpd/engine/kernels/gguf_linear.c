@@ -476,7 +476,17 @@ static void dequant_part(void *arg, int part, int parts) {
         const int64_t r = a->ids ? a->ids[i] : a->first + i;
         const uint8_t *wr = a->w + r * a->nb * bb;
         float *o = a->out + i * a->nb * QK;
-        for (int64_t b = 0; b < a->nb; b++) {
+        int64_t b = 0;
+#if HAVE_AVX2
+        for (; isa >= 1 && b < a->nb; b++) { /* d * q + m rounded twice, as below */
+            __m256 q[4];
+            float d, m;
+            unpack_avx2(a->type, wr + b * bb, q, &d, &m);
+            const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
+            for (int c = 0; c < 4; c++) _mm256_storeu_ps(o + b * QK + 8 * c, _mm256_add_ps(_mm256_mul_ps(dv, q[c]), mv));
+        }
+#endif
+        for (; b < a->nb; b++) {
             float q[QK], d, m;
             unpack_scalar(a->type, wr + b * bb, q, &d, &m);
             for (int k = 0; k < QK; k++) o[b * QK + k] = d * q[k] + m; /* two roundings, as gguf-py and ggml's reference */
