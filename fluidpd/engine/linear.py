@@ -11,6 +11,7 @@
   than fp32. A rounding-size change upstream (padded vs unpadded attention) can still move an
   activation across a quantisation step, so greedy outputs can depend on batching, as in llama.cpp.
 * `fp16` (CPU): fp16 weights, fp32 activations (fbgemm's fp16 GEMM); 2x fewer bytes.
+* `gguf` (CPU): a GGUF's Q4_1 / Q8_0 blocks as shipped (fluidpd.engine.gguf_linear registers it).
 """
 
 from __future__ import annotations
@@ -154,6 +155,3 @@ def _cpu_only(kind: str, device: torch.device) -> None:
 def tensor_bytes(*ts: torch.Tensor | None) -> int:
     """Bytes held by the given tensors (None skipped)."""
     return sum(t.numel() * t.element_size() for t in ts if t is not None)
-
-
-from fluidpd.engine import gguf_linear  # noqa: E402, F401  (registers "gguf"; it builds on Fp16Linear above)

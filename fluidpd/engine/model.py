@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from fluidpd.engine import gguf_linear  # noqa: F401  (registers the gguf weight format in LINEARS)
 from fluidpd.engine.arena import KVArena
 from fluidpd.engine.config import ATTENTIONS
 from fluidpd.engine.kernels import KernelUnavailable
