@@ -8,7 +8,8 @@ resident memory (VmRSS summed over the process tree) of each server this script 
 interleave the servers; medians of `--rounds`. Without `--url` it starts `fluidpd serve --workers 1`;
 `--peer llama.cpp` starts llama.cpp's server (built by scripts/install_llama_cpp.sh) on the same GGUF
 with `-t <cores> -np 8 -c 8192 --cont-batching`; `--peer-url` measures a peer already running.
-Connections are never kept alive and a dropped request is retried once (dropped twice: reported).
+Connections are never kept alive and a dropped request is retried once (dropped twice or refused:
+reported). The fluidpd it starts admits every request (`--admit-ttft-factor 0`), as llama.cpp does.
 Greedy, `ignore_eos` (servers that ignore it may stop early: their token counts are printed).
 
     .venv/bin/python benchmarks/engine_vs_peers.py [--url URL] [--peer llama.cpp | --peer-url URL] [--rounds 3]
@@ -72,6 +73,8 @@ def ours_server() -> ServerProcess:
         "1",
         "--port",
         str(port),
+        "--admit-ttft-factor",  # admit all, as llama.cpp does: a busy host must slow it, not make it refuse
+        "0",
         "--log-level",
         "warning",
     ]
@@ -156,14 +159,14 @@ def main() -> None:
                 results[name].append(res)
     med = {n: {k: _median([x[k] for x in rs]) for k in METRICS} for n, rs in results.items()}
     print(f"{'server':10} {'single tok/s':>12} {'TTFT cold s':>12} {'TTFT warm s':>12} "
-          f"{f'conc-{SHAPE.concurrency} tok/s':>13} {'RSS GB':>7}  tokens/round  dropped (retried/lost)")  # fmt: skip
+          f"{f'conc-{SHAPE.concurrency} tok/s':>13} {'RSS GB':>7}  tokens/round  retried/lost requests")  # fmt: skip
     for n, m in med.items():
         retried = sum(x["drops"].retried for x in results[n])
         lost = sum(x["drops"].lost for x in results[n])
         print(f"{n:10} {m['single']:12.1f} {m['ttft']:12.3f} {m['ttft_warm']:12.3f} {m['conc']:13.1f} "
               f"{m['rss']:7.2f}  {results[n][-1]['tokens']!s:12}  {retried}/{lost}")  # fmt: skip
         for err in sorted({e for x in results[n] for e in x["drops"].errors}):
-            print(f"  {n} dropped: {err}")
+            print(f"  {n} dropped or refused: {err}")
     plot(med, args.plot)
     ours, other = med["fluidpd"], med.get(peer_name)
     if other is None:

@@ -29,6 +29,7 @@ class FakeServer:
 
     close_after_response: bool = False
     drop_posts: int = 0
+    refuse_posts: int = 0
     connections: int = 0
     requests: int = 0
 
@@ -46,7 +47,10 @@ class FakeServer:
                 if method == "POST" and self.drop_posts > 0:
                     self.drop_posts -= 1
                     return  # closed with no response: what httpx reports as RemoteProtocolError
-                if path == "/v1/models":
+                if method == "POST" and self.refuse_posts > 0:
+                    self.refuse_posts -= 1
+                    await self.send_json(writer, {"error": {"message": "overloaded"}}, b"429 Too Many Requests")
+                elif path == "/v1/models":
                     await self.send_json(writer, {"data": [{"id": "fake"}]})
                 else:
                     await self.send_stream(writer, body["max_tokens"])
@@ -57,9 +61,10 @@ class FakeServer:
         finally:
             writer.close()
 
-    async def send_json(self, writer: asyncio.StreamWriter, obj: dict) -> None:
+    async def send_json(self, writer: asyncio.StreamWriter, obj: dict, status: bytes = b"200 OK") -> None:
         data = json.dumps(obj).encode()
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data))
+        writer.write(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\n" % status)
+        writer.write(b"Content-Length: %d\r\n\r\n" % len(data))
         writer.write(data)
         await writer.drain()
 
@@ -119,6 +124,15 @@ def test_requests_dropped_twice_are_reported_not_raised():
     res = run_round(FakeServer(drop_posts=3))
     assert res["drops"].lost == 1 and res["drops"].retried == 2
     assert res["tokens"][0] == SHAPE.single_out and res["single"] > 0
+
+
+def test_a_refused_request_is_reported_not_retried():
+    fake = FakeServer(refuse_posts=2)  # the warm-up and the single stream
+    res = run_round(fake)
+    assert fake.requests == REQUESTS
+    assert res["drops"].lost == 2 and res["drops"].retried == 0
+    assert "HTTP 429" in res["drops"].errors[0]
+    assert math.isnan(res["single"]) and res["ttft_warm"] > 0 and res["conc"] > 0
 
 
 def test_every_request_dropped_gives_a_round_of_nans():

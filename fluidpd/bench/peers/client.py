@@ -26,9 +26,14 @@ class RoundShape:
     conc_out: int = 32
 
 
+class Refused(RuntimeError):
+    """The server answered with an error status (a 429 of admission control, say): reported, not retried."""
+
+
 @dataclass
 class Drops:
-    """Requests the server dropped: retried ones and those dropped twice (reported, left out of the round)."""
+    """Requests the server dropped or refused: retried ones, and those lost (dropped twice, or refused),
+    which are reported and left out of the round."""
 
     retried: int = 0
     lost: int = 0
@@ -47,7 +52,7 @@ async def stream_once(client: httpx.AsyncClient, model: str, text: str, max_toke
     t0, times, usage = time.perf_counter(), [], None
     async with client.stream("POST", "/v1/completions", json=body) as r:
         if r.status_code != 200:
-            raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+            raise Refused(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
         async for line in r.aiter_lines():
             if not line.startswith("data: ") or line.strip() == "data: [DONE]":
                 continue
@@ -64,7 +69,8 @@ async def stream_once(client: httpx.AsyncClient, model: str, text: str, max_toke
 
 
 async def stream(client: httpx.AsyncClient, model: str, text: str, max_tokens: int, drops: Drops) -> dict | None:
-    """`stream_once`, tried a second time if the server drops it; None (counted in `drops`) if it drops both."""
+    """`stream_once`, tried a second time if the server drops it; None (counted in `drops`) if it drops both
+    or refuses it."""
     for attempt in range(2):
         try:
             return await stream_once(client, model, text, max_tokens)
@@ -72,6 +78,9 @@ async def stream(client: httpx.AsyncClient, model: str, text: str, max_tokens: i
             drops.errors.append(f"{type(exc).__name__}: {exc}")
             if attempt == 0:
                 drops.retried += 1
+        except Refused as exc:
+            drops.errors.append(str(exc))
+            break
     drops.lost += 1
     return None
 
