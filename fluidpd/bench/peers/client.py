@@ -108,10 +108,9 @@ async def measure(url: str, prompt: Callable[[str], str], key: str, shape: Round
         text = prompt(f"{key}/single")
         one = await stream(client, model, text, shape.single_out, drops)
         again = await stream(client, model, text, 1, drops)
+        texts = [prompt(f"{key}/conc{i}") for i in range(shape.concurrency)]  # made before the clock starts
         t0 = time.perf_counter()
-        many = await asyncio.gather(
-            *(stream(client, model, prompt(f"{key}/conc{i}"), shape.conc_out, drops) for i in range(shape.concurrency))
-        )
+        many = await asyncio.gather(*(stream(client, model, t, shape.conc_out, drops) for t in texts))
     done = [r for r in many if r is not None]
     conc = sum(r["tokens"] for r in done) / (max(r["end"] for r in done) - t0) if len(done) == len(many) else NAN
     return {"single": one["decode"] if one else NAN, "ttft": one["ttft"] if one else NAN,
