@@ -31,6 +31,7 @@ def test_small_profile_measures_every_part():
         jitter_steps=10,
         dispatch_steps=3,
         contention_s=0.3,
+        contention_rounds=1,
         transfer_tokens=(64, 128),
     )
     engine = EngineConfig(model="smollm2", load_format="dummy", num_kv_blocks=64)
