@@ -6,8 +6,12 @@ put in one bucket: GEMM (mm, addmm: the linear layers and the LM head), attentio
 kernels under it), KV copies (index_select gathering pages into a contiguous copy, index_put_
 writing new K/V, copies), other ops (norms, RoPE, activations, sampling); what is left of the wall
 time is Python and dispatch. Medians of the per-step shares over `--steps` profiled steps.
+`--layer-ops torch` profiles the reference path of the small ops; with `fused` (the default where
+it builds) their C kernels are ctypes calls, invisible to the profiler: they count as Python.
+benchmarks/engine_layer_ops.py times the two paths against each other.
 
     .venv/bin/python benchmarks/engine_step_split.py [--steps 6] [--dtype float32|bfloat16] [--quantization int8|fp16]
+        [--layer-ops auto|fused|torch]
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import torch
 from engine_common import median, random_prompts
 from torch.profiler import ProfilerActivity, profile
 
-from fluidpd.engine.config import QUANTIZATIONS, EngineConfig
+from fluidpd.engine.config import LAYER_OPS, QUANTIZATIONS, EngineConfig
 from fluidpd.engine.engine import LLMEngine, load_model
 from fluidpd.engine.plan import StepPlan
 from fluidpd.engine.sampling import SamplingParams
@@ -65,6 +69,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--quantization", default="none", choices=QUANTIZATIONS)
+    ap.add_argument("--layer-ops", default="auto", choices=("auto", *LAYER_OPS))
     ap.add_argument("--top", type=int, default=0, help="also print the N ops with the most self time (batch 32)")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -73,7 +78,11 @@ def main() -> None:
     cases["b32"] = [rng.randint(64, 1024) for _ in range(32)]
     blocks = sum(-(-(n + args.steps + 16) // 16) for n in cases["b32"]) + 64
     config = EngineConfig(
-        num_kv_blocks=blocks, dtype=args.dtype, quantization=args.quantization, max_num_batched_tokens=sum(cases["b32"])
+        num_kv_blocks=blocks,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        max_num_batched_tokens=sum(cases["b32"]),
+        layer_ops=args.layer_ops,
     )
     model, tok = load_model(config)
     eng = LLMEngine(config, model=model, tokenizer=tok)
@@ -95,7 +104,7 @@ def main() -> None:
         print(f"{case:6} {wall * 1e3:8.1f} " + " ".join(f"{shares[n]:10.0%}" for n in names))
     wall, shares = rows["b32"]
     print(
-        f"engine_step_split ({args.dtype}, quantization {args.quantization}): "
+        f"engine_step_split ({args.dtype}, quantization {args.quantization}, layer ops {model.layer_ops}): "
         f"batch-32 decode step {wall * 1e3:.0f} ms: " + ", ".join(f"{n} {shares[n]:.0%}" for n in names)
     )
 

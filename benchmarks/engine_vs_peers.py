@@ -1,101 +1,69 @@
-"""Our server against any OpenAI-compatible peer on the same machine and model: decode speed, TTFT, throughput.
+"""Our server against any OpenAI-compatible peer on the same machine and model: decode speed, TTFT, throughput, memory.
 
-Over HTTP only, so it installs nothing and measures whatever serves the API (llama.cpp's server,
-vLLM's CPU build, another fluidpd): single-stream decode tok/s (one streamed completion of a
-128-token prompt, 64 tokens; (tokens - 1) over the time from the first token to the last), TTFT of
-that prompt, and output tok/s of 8 concurrent streams (128 in, 32 out each). Rounds interleave the
-servers; medians of `--rounds`. Without `--url` it starts `fluidpd serve --workers 1` itself.
+Over HTTP: single-stream decode tok/s (one streamed completion of a 128-token prompt, 64 tokens;
+(tokens - 1) over the time from the first token to the last), TTFT of that prompt cold (a prompt no
+server has seen: every request of every round starts differently, so neither prefix cache hits) and
+warm (the same prompt again), output tok/s of 8 concurrent streams (128 in, 32 out each), and the
+resident memory (VmRSS summed over the process tree) of each server this script started. Rounds
+interleave the servers; medians of `--rounds`. Without `--url` it starts `fluidpd serve --workers 1`;
+`--peer llama.cpp` starts llama.cpp's server (built by scripts/install_llama_cpp.sh) on the same GGUF
+with `-t <cores> -np 8 -c 8192 --cont-batching`; `--peer-url` measures a peer already running.
+Connections are never kept alive and a dropped request is retried once (dropped twice or refused:
+reported). The fluidpd it starts admits every request (`--admit-ttft-factor 0`), as llama.cpp does.
 Greedy, `ignore_eos` (servers that ignore it may stop early: their token counts are printed).
 
-    .venv/bin/python benchmarks/engine_vs_peers.py [--url URL] [--peer-url URL] [--rounds 3]
+    .venv/bin/python benchmarks/engine_vs_peers.py [--url URL] [--peer llama.cpp | --peer-url URL] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import math
 import os
-import socket
+import random
+import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
+from functools import cache
 from pathlib import Path
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from engine_common import progress
 
+from fluidpd.bench.peers.client import RoundShape, measure
+from fluidpd.bench.peers.llamacpp import llama_server_binary, llama_server_cmd
+from fluidpd.bench.peers.process import ServerProcess, free_port
+from fluidpd.bench.peers.proctree import tree_rss_bytes
 from fluidpd.engine.loaders import smollm2_gguf
 from fluidpd.engine.tokenizer import Tokenizer
 
-PROMPT_TOKENS, SINGLE_OUT, CONC, CONC_OUT = 128, 64, 8, 32
-TOKENIZER = Tokenizer.load(smollm2_gguf())
-WORDS = [
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "jumps",
-    "over",
-    "a",
-    "lazy",
-    "dog",
-    "while",
-    "serving",
-    "engineers",
-    "measure",
-    "tokens",
-    "per",
-    "second",
-]
+PROMPT_TOKENS = 128
+SHAPE = RoundShape(single_out=64, concurrency=8, conc_out=32)
+METRICS = ("single", "ttft", "ttft_warm", "conc", "rss")
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "serving", "engineers",
+         "measure", "tokens", "per", "second"]  # fmt: skip
+LOGS = Path(tempfile.gettempdir())
 
 
-def prompt_text(seed: int, tokens: int = PROMPT_TOKENS) -> str:
-    """A text of `tokens` SmolLM2 tokens (our tokenizer; the peers serve the same model)."""
-    words = [WORDS[(seed * 7 + i * 3) % len(WORDS)] for i in range(tokens * 2)]
-    return TOKENIZER.decode(TOKENIZER.encode(" ".join(words), add_special_tokens=False)[:tokens])
+@cache
+def tokenizer() -> Tokenizer:
+    return Tokenizer.load(smollm2_gguf())
 
 
-async def stream(client: httpx.AsyncClient, model: str, text: str, max_tokens: int) -> dict:
-    body = {"model": model, "prompt": text, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-    body |= {"ignore_eos": True, "stream_options": {"include_usage": True}}
-    t0, times, usage = time.perf_counter(), [], None
-    async with client.stream("POST", "/v1/completions", json=body) as r:
-        if r.status_code != 200:
-            raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line.strip() == "data: [DONE]":
-                continue
-            event = json.loads(line[6:])
-            usage = event.get("usage") or usage
-            if any(c.get("text") for c in event.get("choices") or ()):
-                times.append(time.perf_counter())
-    n = (usage or {}).get("completion_tokens") or len(times)
-    return {"ttft": times[0] - t0, "decode": (n - 1) / (times[-1] - times[0]) if n > 1 else 0.0, "tokens": n,
-            "end": times[-1]}  # fmt: skip
+def prompt_text(name: str, tokens: int = PROMPT_TOKENS) -> str:
+    """A text of `tokens` SmolLM2 tokens (our tokenizer; the peers serve the same model), random words
+    seeded by `name`: different names differ from their first words on, so no prefix cache hits."""
+    rng = random.Random(name)
+    words = " ".join(rng.choice(WORDS) for _ in range(tokens * 2))
+    return tokenizer().decode(tokenizer().encode(words, add_special_tokens=False)[:tokens])
 
 
-async def measure(url: str, seed: int) -> dict:
-    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
-        model = (await client.get("/v1/models")).json()["data"][0]["id"]
-        await stream(client, model, prompt_text(seed + 99), 4)  # warm: first-request costs are not measured
-        one = await stream(client, model, prompt_text(seed), SINGLE_OUT)
-        t0 = time.perf_counter()
-        many = await asyncio.gather(*(stream(client, model, prompt_text(seed + i + 1), CONC_OUT) for i in range(CONC)))
-        wall = max(r["end"] for r in many) - t0
-    return {"single": one["decode"], "ttft": one["ttft"], "conc": sum(r["tokens"] for r in many) / wall,
-            "tokens": (one["tokens"], sum(r["tokens"] for r in many))}  # fmt: skip
-
-
-def start_ours() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(os.path.join(tempfile.gettempdir(), "fluidpd-engine-vs-peers.log"), "w")  # noqa: SIM115
+def ours_server() -> ServerProcess:
+    port = free_port()
     cmd = [
         sys.executable,
         "-m",
@@ -105,50 +73,111 @@ def start_ours() -> tuple[subprocess.Popen, str]:
         "1",
         "--port",
         str(port),
+        "--admit-ttft-factor",  # admit all, as llama.cpp does: a busy host must slow it, not make it refuse
+        "0",
         "--log-level",
         "warning",
     ]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(1200):
-        if proc.poll() is not None:
-            raise RuntimeError(f"fluidpd serve exited ({proc.returncode}); see {log.name}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    proc.kill()
-    raise TimeoutError("fluidpd serve did not become healthy")
+    return ServerProcess("fluidpd serve", cmd, f"http://127.0.0.1:{port}", LOGS / "fluidpd-engine-vs-peers.log")
+
+
+def llamacpp_server(threads: int) -> ServerProcess:
+    port = free_port()
+    cmd = llama_server_cmd(llama_server_binary(), smollm2_gguf(), port, threads)
+    return ServerProcess("llama.cpp server", cmd, f"http://127.0.0.1:{port}", LOGS / "llamacpp-engine-vs-peers.log")
+
+
+def _median(xs: list[float]) -> float:
+    ok = [x for x in xs if not math.isnan(x)]
+    return statistics.median(ok) if ok else math.nan
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b and not (math.isnan(a) or math.isnan(b)) else "n/a"
+
+
+def plot(med: dict[str, dict[str, float]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("single", "single-stream tok/s"), ("ttft", "TTFT cold (s)"), ("ttft_warm", "TTFT warm (s)"),
+              ("conc", f"conc-{SHAPE.concurrency} out tok/s"), ("rss", "RSS of tree (GB)")]  # fmt: skip
+    fig, axes = plt.subplots(1, len(panels), figsize=(3 * len(panels), 3))
+    names = list(med)
+    for ax, (key, title) in zip(axes, panels):
+        ax.bar(names, [0 if math.isnan(med[n][key]) else med[n][key] for n in names], color=["C0", "C1"][: len(names)])
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=8)
+    fig.suptitle("engine_vs_peers (medians over rounds; lower is better for TTFT and RSS)", fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
+
+
+def _stop_on_sigterm(*_: object) -> None:
+    raise SystemExit(143)  # unwinds the ExitStack, which stops the servers
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="our server (default: start `fluidpd serve --workers 1`)")
-    ap.add_argument("--peer-url", help="any OpenAI-compatible server of the same model")
+    peer = ap.add_mutually_exclusive_group()
+    peer.add_argument("--peer", choices=["llama.cpp"], help="start this peer on the same GGUF")
+    peer.add_argument("--peer-url", help="any OpenAI-compatible server of the same model, already running")
+    ap.add_argument("--peer-threads", type=int, default=len(os.sched_getaffinity(0)), help="default: the cores")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--plot", default="results/engine_vs_peers.png")
     args = ap.parse_args()
-    proc, url = (None, args.url) if args.url else start_ours()
-    servers = {"ours": url} | ({"peer": args.peer_url} if args.peer_url else {})
-    results: dict[str, list[dict]] = {name: [] for name in servers}
-    try:
+    if args.rounds < 1 or args.peer_threads < 1:
+        ap.error("--rounds and --peer-threads must be at least 1")
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    peer_name = args.peer or "peer"
+    run = f"{time.time_ns()}"  # prompts unseen even by a long-lived --url server that served an earlier run
+    with ExitStack() as stack:
+        started: list[tuple[str, ServerProcess]] = []
+        if args.peer == "llama.cpp":
+            try:
+                started.append((peer_name, llamacpp_server(args.peer_threads)))
+            except FileNotFoundError as exc:
+                sys.exit(f"error: {exc}")
+        if not args.url:
+            started.append(("fluidpd", ours_server()))
+        for _, server in progress(started, "starting servers"):
+            stack.enter_context(server)
+        procs = dict(started)
+        servers = {"fluidpd": args.url or procs["fluidpd"].url}
+        if args.peer or args.peer_url:
+            servers[peer_name] = args.peer_url or procs[peer_name].url
+        results: dict[str, list[dict]] = {name: [] for name in servers}
         for r in progress(range(args.rounds), "rounds"):
-            for name, u in servers.items():  # interleaved: noise hits both alike
-                results[name].append(asyncio.run(measure(u, seed=r * 17)))
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(30)
-    med = {n: {k: statistics.median(x[k] for x in rs) for k in ("single", "ttft", "conc")} for n, rs in results.items()}
-    print(f"{'server':6} {'single-stream tok/s':>20} {'TTFT 128 tok (s)':>17} {'conc-8 out tok/s':>17}  tokens/round")
+            for name, url in servers.items():  # interleaved: noise hits both alike
+                res = asyncio.run(measure(url, prompt_text, f"{run}/{name}/{r}", SHAPE))
+                res["rss"] = tree_rss_bytes(procs[name].pid) / 1e9 if name in procs else math.nan
+                results[name].append(res)
+    med = {n: {k: _median([x[k] for x in rs]) for k in METRICS} for n, rs in results.items()}
+    print(f"{'server':10} {'single tok/s':>12} {'TTFT cold s':>12} {'TTFT warm s':>12} "
+          f"{f'conc-{SHAPE.concurrency} tok/s':>13} {'RSS GB':>7}  tokens/round  retried/lost requests")  # fmt: skip
     for n, m in med.items():
-        print(f"{n:6} {m['single']:20.1f} {m['ttft']:17.3f} {m['conc']:17.1f}  {results[n][-1]['tokens']}")
-    peer = med.get("peer")
-    p_single, p_conc = (f"{peer['single']:.1f}", f"{peer['conc']:.1f}") if peer else ("n/a", "n/a")
+        retried = sum(x["drops"].retried for x in results[n])
+        lost = sum(x["drops"].lost for x in results[n])
+        print(f"{n:10} {m['single']:12.1f} {m['ttft']:12.3f} {m['ttft_warm']:12.3f} {m['conc']:13.1f} "
+              f"{m['rss']:7.2f}  {results[n][-1]['tokens']!s:12}  {retried}/{lost}")  # fmt: skip
+        for err in sorted({e for x in results[n] for e in x["drops"].errors}):
+            print(f"  {n} dropped or refused: {err}")
+    plot(med, args.plot)
+    ours, other = med["fluidpd"], med.get(peer_name)
+    if other is None:
+        print(f"engine_vs_peers: fluidpd alone: single-stream {ours['single']:.1f} tok/s, TTFT cold "
+              f"{ours['ttft']:.3f} s, concurrency-{SHAPE.concurrency} {ours['conc']:.1f} tok/s")  # fmt: skip
+        return
     print(
-        f"engine_vs_peers: single-stream ours {med['ours']['single']:.1f} tok/s peer {p_single} tok/s; "
-        f"concurrency-8 ours {med['ours']['conc']:.1f} tok/s peer {p_conc} tok/s"
+        f"engine_vs_peers: fluidpd / {peer_name} (medians of {args.rounds} rounds): single-stream "
+        f"{_ratio(ours['single'], other['single'])}, TTFT cold {_ratio(ours['ttft'], other['ttft'])}, "
+        f"TTFT warm {_ratio(ours['ttft_warm'], other['ttft_warm'])}, concurrency-{SHAPE.concurrency} "
+        f"{_ratio(ours['conc'], other['conc'])}, RSS {_ratio(ours['rss'], other['rss'])}"
     )
 
 

@@ -20,6 +20,7 @@ DTYPES = {  # accepted spelling -> torch dtype name (torch is imported only to b
 }
 LOAD_FORMATS = ("auto", "gguf", "safetensors", "dummy")  # "auto" + fluidpd.engine.loaders.LOADERS
 QUANTIZATIONS = ("none", "fp16", "int8", "gguf")  # fluidpd.engine.linear.LINEARS (not imported: it imports torch)
+LAYER_OPS = ("fused", "torch")  # fluidpd.engine.layer_ops (not imported: it imports torch)
 ATTENTIONS = ("paged", "gather")  # decode attention: fluidpd.engine.paged_attention, or page gathers + SDPA
 MiB = 1 << 20
 
@@ -56,6 +57,13 @@ class EngineConfig:
         "the machine's C compiler) or gather (pages copied into scratch, then SDPA); auto: paged where it "
         "builds, else gather",
         choices=("auto", *ATTENTIONS),
+    )
+    layer_ops: str = knob(
+        "auto",
+        "the small ops around the linears (residual add + RMSNorm, RoPE + KV write, silu * up): fused "
+        "(one C kernel call each; CPU float32, built with the machine's C compiler) or torch (the "
+        "reference); auto: fused where it builds, else torch",
+        choices=("auto", *LAYER_OPS),
     )
     tokenizer: str | None = knob(
         None, "tokenizer source: a .gguf, a directory, or 'smollm2' (default: the model's own)"
@@ -100,6 +108,8 @@ class EngineConfig:
             )
         if self.attention != "auto" and self.attention not in ATTENTIONS:
             raise ValueError(f"attention must be 'auto' or one of {ATTENTIONS}, got {self.attention!r}")
+        if self.layer_ops != "auto" and self.layer_ops not in LAYER_OPS:
+            raise ValueError(f"layer_ops must be 'auto' or one of {LAYER_OPS}, got {self.layer_ops!r}")
         if self.attention == "paged" and (dev.type != "cpu" or self.torch_dtype != torch.float32):
             raise ValueError(
                 f"attention 'paged' runs on the CPU in float32; got device {self.device!r}, dtype {self.dtype!r}"

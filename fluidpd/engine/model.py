@@ -21,8 +21,9 @@ import torch.nn.functional as F
 
 from fluidpd.engine import gguf_linear  # noqa: F401  (registers the gguf weight format in LINEARS)
 from fluidpd.engine.arena import KVArena
-from fluidpd.engine.config import ATTENTIONS
+from fluidpd.engine.config import ATTENTIONS, LAYER_OPS
 from fluidpd.engine.kernels import KernelUnavailable
+from fluidpd.engine.layer_ops import FusedLayerOps, LayerOps, OpsStep, TorchLayerOps
 from fluidpd.engine.linear import LINEARS, Linear, tensor_bytes
 from fluidpd.engine.loaders.checkpoint import Checkpoint
 from fluidpd.engine.model_config import ModelConfig
@@ -72,6 +73,7 @@ class DecoderLayer:
         prefix: str,
         linear: Callable[..., Linear],
         paged: PagedDecodeAttention | None = None,
+        ops: LayerOps | None = None,
     ) -> None:
         g = lambda name: w.pop(prefix + name)
         self.input_norm = g("input_layernorm.weight")
@@ -83,9 +85,9 @@ class DecoderLayer:
         self.gate_up = linear(torch.cat([g("mlp.gate_proj.weight"), g("mlp.up_proj.weight")]))
         self.down = linear(g("mlp.down_proj.weight"))
         self.h, self.kv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.eps, self.hidden = cfg.rms_norm_eps, (cfg.hidden_size,)
-        self.qk_dim = (self.h + self.kv) * self.d
+        self.eps = cfg.rms_norm_eps
         self.paged = paged
+        self.ops: LayerOps = ops or TorchLayerOps(self.h, self.kv, self.d)
 
     def nbytes(self) -> int:
         linears = sum(lin.nbytes for lin in (self.qkv, self.o, self.gate_up, self.down))
@@ -97,20 +99,15 @@ class DecoderLayer:
             lin.to(device)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata, arena: KVArena, layer: int
+        self, x: torch.Tensor, res: torch.Tensor | None, st: OpsStep, meta: AttentionMetadata, layer: int
     ) -> torch.Tensor:
-        n = x.shape[0]
-        y = F.rms_norm(x, self.hidden, self.input_norm, self.eps)
-        qkv = self.qkv(y)
-        qk = rope(qkv[:, : self.qk_dim].view(n, self.h + self.kv, self.d), cos, sin)
-        v = qkv[:, self.qk_dim :].view(n, self.kv, self.d)
-        a = self.attention(qk[:, : self.h], qk[:, self.h :], v, meta, arena, layer)
-        x.add_(self.o(a))
-        y = F.rms_norm(x, self.hidden, self.post_norm, self.eps)
-        gu = self.gate_up(y)
-        i = gu.shape[1] // 2
-        act = F.silu(gu[:, :i]).mul_(gu[:, i:])
-        return x.add_(self.down(act))
+        """x += res (the previous layer's output), then this layer; returns its output (added by the next)."""
+        ops = self.ops
+        qkv = self.qkv(ops.add_rms_norm(x, res, self.input_norm, self.eps, st))
+        q, k, v = ops.rope_kv(qkv, st, layer)
+        a = self._attend(q, k, v, meta, st.arena, layer)
+        gu = self.gate_up(ops.add_rms_norm(x, self.o(a), self.post_norm, self.eps, st))
+        return self.down(ops.silu_mul(gu, st))
 
     def attention(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, arena: KVArena, layer: int
@@ -119,6 +116,13 @@ class DecoderLayer:
         kc, vc = arena.k_layers[layer], arena.v_layers[layer]
         kc.index_put_((meta.slot_blocks, meta.slot_offsets), k)
         vc.index_put_((meta.slot_blocks, meta.slot_offsets), v)
+        return self._attend(q, k, v, meta, arena, layer)
+
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, arena: KVArena, layer: int
+    ) -> torch.Tensor:
+        """Attention of q over the cache, where k/v are already written."""
+        kc, vc = arena.k_layers[layer], arena.v_layers[layer]
         n, hd = q.shape[0], self.h * self.d
         parts = len(meta.prefills) + len(meta.decodes) + (meta.paged is not None)
         out = None if parts == 1 else q.new_empty(n, hd)
@@ -183,17 +187,6 @@ class DecoderLayer:
         return k_dst, v_dst, kk.transpose(1, 2), vv.transpose(1, 2)
 
 
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding, half-split convention (HF rotate_half); x [N, heads, D], cos/sin [N, 1, D/2]."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    out = torch.empty_like(x)
-    o1, o2 = out[..., :half], out[..., half:]
-    torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-1)
-    torch.mul(x2, cos, out=o2).addcmul_(x1, sin)
-    return out
-
-
 class LlamaModel:
     """Weights + forward. Shared read-only by any number of engines in one process."""
 
@@ -205,11 +198,14 @@ class LlamaModel:
         max_positions: int,
         quantization: str = "none",
         attention: str = "auto",
+        layer_ops: str = "auto",
     ) -> None:
         cfg = self.config = ckpt.config
         self.dtype, self.device, self.quantization = dtype, torch.device(device), quantization
         self.paged = _paged_kernel(cfg, dtype, self.device, attention)
         self.attention = "gather" if self.paged is None else "paged"
+        self.ops = _layer_ops(cfg, dtype, self.device, layer_ops)
+        self.layer_ops = "torch" if isinstance(self.ops, TorchLayerOps) else "fused"
         linear = LINEARS.get(quantization)
         w = dict(ckpt.tensors)  # popped as packed; the checkpoint itself stays intact for its owner
         _check_names(cfg, w)
@@ -221,7 +217,9 @@ class LlamaModel:
         tied = cfg.tie_word_embeddings or lm_head is None
         self.lm_head = linear(embed if tied else lm_head, lookups=tied)
         self.embed = None if tied else embed  # tied: rows are read from lm_head
-        self.layers = [DecoderLayer(cfg, w, f"model.layers.{i}.", linear, self.paged) for i in range(cfg.num_layers)]
+        self.layers = [
+            DecoderLayer(cfg, w, f"model.layers.{i}.", linear, self.paged, self.ops) for i in range(cfg.num_layers)
+        ]
         w.clear()
         inv = rope_inv_freq(cfg, ckpt.rope_freqs)
         freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv[None, :]
@@ -256,10 +254,13 @@ class LlamaModel:
     ) -> torch.Tensor:
         """Logits (float32) [len(logits_rows), vocab] for the chosen rows of the flat batch."""
         x = self.embed_tokens(input_ids)
-        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+        st = self.ops.begin(positions, meta.slot_blocks, meta.slot_offsets, self.cos, self.sin, arena)
+        res = None
         for i, layer in enumerate(self.layers):
-            x = layer.forward(x, cos, sin, meta, arena, i)
-        x = F.rms_norm(x[logits_rows], (self.config.hidden_size,), self.norm, self.config.rms_norm_eps)
+            res = layer.forward(x, res, st, meta, i)
+        if res is not None:
+            x.add_(res)
+        x = self.ops.add_rms_norm(x[logits_rows], None, self.norm, self.config.rms_norm_eps, st)
         return self.lm_head(x).float()
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -287,6 +288,26 @@ def _paged_kernel(
             raise ValueError(f"paged attention unavailable: {exc}") from None
         warnings.warn(f"decode attention falls back to page gathers: {exc}", RuntimeWarning, stacklevel=3)
         return None
+
+
+def _layer_ops(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, layer_ops: str) -> LayerOps:
+    """The layer's small ops for `layer_ops` ('fused': the C kernels, required; 'auto': where they build)."""
+    if layer_ops != "auto" and layer_ops not in LAYER_OPS:
+        raise ValueError(f"layer_ops must be 'auto' or one of {LAYER_OPS}, got {layer_ops!r}")
+    shape = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    if layer_ops == "torch":
+        return TorchLayerOps(*shape)
+    if device.type != "cpu" or dtype != torch.float32:
+        if layer_ops == "fused":
+            raise ValueError(f"fused layer ops run on the CPU in float32, not {dtype} on {device}")
+        return TorchLayerOps(*shape)
+    try:
+        return FusedLayerOps(*shape, cfg.hidden_size, cfg.intermediate_size)
+    except KernelUnavailable as exc:
+        if layer_ops == "fused":
+            raise ValueError(f"fused layer ops unavailable: {exc}") from None
+        warnings.warn(f"layer ops fall back to torch: {exc}", RuntimeWarning, stacklevel=3)
+        return TorchLayerOps(*shape)
 
 
 def _check_names(cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:

@@ -22,7 +22,9 @@ def load_model(config: EngineConfig, checkpoint: Checkpoint | None = None) -> tu
         keep_quantized=config.weight_format == "gguf",
     )
     max_len = config.max_model_len or min(ckpt.config.max_position_embeddings, MAX_DEFAULT_LEN)
-    model = LlamaModel(ckpt, config.torch_dtype, config.torch_device, max_len, config.weight_format, config.attention)
+    model = LlamaModel(
+        ckpt, config.torch_dtype, config.torch_device, max_len, config.weight_format, config.attention, config.layer_ops
+    )
     src = smollm2_gguf() if config.tokenizer == "smollm2" else config.tokenizer
     if src:
         tok = Tokenizer.load(src)
@@ -46,5 +48,7 @@ def check_model(model: LlamaModel, config: EngineConfig) -> None:
         raise ValueError(f"shared model's quantization is {model.quantization!r}, config wants {c.weight_format!r}")
     if c.attention != "auto" and model.attention != c.attention:
         raise ValueError(f"shared model's decode attention is {model.attention!r}, config wants {c.attention!r}")
+    if c.layer_ops != "auto" and model.layer_ops != c.layer_ops:
+        raise ValueError(f"shared model's layer ops are {model.layer_ops!r}, config wants {c.layer_ops!r}")
     if c.max_model_len and c.max_model_len > model.max_positions:
         raise ValueError(f"max_model_len {c.max_model_len} exceeds the shared model's {model.max_positions}")

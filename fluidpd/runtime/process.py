@@ -82,6 +82,9 @@ class ProcessWorker:
         self._reader: threading.Thread | None = None
         self._dead: BaseException | None = None  # set once: why calls now fail
         self._closed = False
+        # one thread at a time waits on the child: of two concurrent waitpid calls the loser gets
+        # ECHILD and multiprocessing reports a reaped child alive (close() would then skip its unlink)
+        self._reap = threading.Lock()
 
     # ------------------------------------------------------------------ state
     @property
@@ -90,7 +93,18 @@ class ProcessWorker:
 
     @property
     def alive(self) -> bool:
-        return self._dead is None and self.process is not None and self.process.is_alive()
+        return self._dead is None and self._is_alive()
+
+    def _is_alive(self) -> bool:
+        with self._reap:
+            return self.process is not None and self.process.is_alive()
+
+    def _join(self, timeout: float) -> None:
+        """Wait up to `timeout` for the child to exit, holding the reap lock for 50 ms at a time."""
+        deadline = time.monotonic() + timeout
+        while self._is_alive() and (left := deadline - time.monotonic()) > 0:
+            with self._reap:
+                self.process.join(min(left, 0.05))
 
     # ------------------------------------------------------------------ start
     def start(self) -> StartInfo:
@@ -139,11 +153,11 @@ class ProcessWorker:
                     return decode(self._conn.recv_bytes())
                 except (EOFError, OSError):
                     pass
-                self.process.join(1.0)
+                self._join(1.0)
                 raise WorkerStartError(
                     f"worker {self.worker_id} exited while starting (exitcode {self.process.exitcode})"
                 )
-            if not self.process.is_alive():
+            if not self._is_alive():
                 if self._conn.poll(0):
                     continue
                 raise WorkerStartError(
@@ -206,8 +220,7 @@ class ProcessWorker:
 
     def _mark_dead(self) -> None:
         """The pipe is gone: fail what is pending (and, unless closed on purpose, all later calls)."""
-        if self.process is not None:
-            self.process.join(1.0)  # so the exit code is known
+        self._join(1.0)  # so the exit code is known
         with self._lock:
             if self._closed:
                 err: BaseException = WorkerClosedError(f"worker {self.worker_id} closed before the call returned")
@@ -236,7 +249,7 @@ class ProcessWorker:
 
     def kill(self) -> None:
         """SIGKILL the child (a hung worker): its pending and later calls fail with WorkerDiedError."""
-        if self.process is not None and self.process.is_alive():
+        if self._is_alive():
             self.process.kill()
 
     # ------------------------------------------------------------------ close
@@ -257,14 +270,14 @@ class ProcessWorker:
                     self._conn.send_bytes(encode(Shutdown()))
                 except (OSError, EOFError, ValueError):
                     pass
-            proc.join(self.close_timeout_s if running else 1.0)
-            if proc.is_alive():
+            self._join(self.close_timeout_s if running else 1.0)
+            if self._is_alive():
                 proc.terminate()
-                proc.join(5.0)
-            if proc.is_alive():
+                self._join(5.0)
+            if self._is_alive():
                 proc.kill()
-                proc.join(5.0)
-            if not proc.is_alive() and proc.pid is not None:  # a killed worker cannot unlink its own
+                self._join(5.0)
+            if not self._is_alive() and proc.pid is not None:  # a killed worker cannot unlink its own
                 unlink_segments_of(proc.pid)
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(5.0)

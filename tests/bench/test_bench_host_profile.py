@@ -31,6 +31,7 @@ def test_small_profile_measures_every_part():
         jitter_steps=10,
         dispatch_steps=3,
         contention_s=0.3,
+        contention_rounds=1,
         transfer_tokens=(64, 128),
     )
     engine = EngineConfig(model="smollm2", load_format="dummy", num_kv_blocks=64)
@@ -58,9 +59,10 @@ def test_small_profile_measures_every_part():
     fit = fit_steps(p["steps"])
     assert math.isfinite(fit.mean_rel_error) and fit.mean_rel_error >= 0
     json.dumps(p)  # the file `fluidpd profile` writes
-    again = measure_profile(engine, replace(cfg, dispatch_steps=2), progress=False, parts=("dispatch",), base=p)
+    again = measure_profile(engine, replace(cfg, jitter_steps=12), progress=False, parts=("jitter",), base=p)
     assert again["steps"] == p["steps"] and again["contention"] == p["contention"]  # kept
-    assert again["dispatch"]["steps"] == 2 * 2 + 2 and set(again["measured_parts"]) == set(PARTS)
+    assert again["dispatch"] == p["dispatch"]
+    assert len(again["jitter"]["excess_s"]) == 12 and set(again["measured_parts"]) == set(PARTS)
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from pathlib import Path
 from fluidpd.core.cpu import cpu_flags
 
 SOURCE_DIR = Path(__file__).parent
-CFLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared")
+CFLAGS = ("-O3", "-fopenmp-simd", "-fPIC", "-shared")  # plus -march=`march` (native unless asked)
 
 
 class KernelUnavailable(RuntimeError):
@@ -33,15 +33,16 @@ def cache_dir() -> Path:
 
 
 @functools.cache
-def load(name: str) -> ctypes.CDLL:
-    """The compiled kernel library `name` (source `name`.c), built here on first use."""
+def load(name: str, march: str = "native") -> ctypes.CDLL:
+    """The compiled kernel library `name` (source `name`.c), built here on first use for -march=`march`
+    (tests build the portable x86-64 path with "x86-64")."""
     src = SOURCE_DIR / f"{name}.c"
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise KernelUnavailable(f"no C compiler (cc, gcc or $CC) to build {src.name}")
-    text = src.read_bytes()
+    text, flags = src.read_bytes(), (*CFLAGS, f"-march={march}")
     key = hashlib.sha256(
-        b"\0".join([text, " ".join(CFLAGS).encode(), cc.encode(), " ".join(sorted(cpu_flags())).encode()])
+        b"\0".join([text, " ".join(flags).encode(), cc.encode(), " ".join(sorted(cpu_flags())).encode()])
     )
     lib = cache_dir() / f"{name}-{key.hexdigest()[:16]}.so"
     if not lib.exists():
@@ -50,7 +51,7 @@ def load(name: str) -> ctypes.CDLL:
         os.close(fd)
         try:
             try:
-                run = subprocess.run([cc, *CFLAGS, "-o", tmp, str(src), "-lm"], capture_output=True, text=True)
+                run = subprocess.run([cc, *flags, "-o", tmp, str(src), "-lm"], capture_output=True, text=True)
             except OSError as exc:
                 raise KernelUnavailable(f"cannot run the C compiler {cc}: {exc}") from None
             if run.returncode != 0:

@@ -1,0 +1,1 @@
+"""Side by side with another server (benchmarks/engine_vs_peers.py): its process, its memory, the client."""
