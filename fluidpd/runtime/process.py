@@ -1,7 +1,8 @@
 """ProcessWorker: one spawned process per worker; control over a Pipe, KV over shared memory.
 
 The child (`fluidpd.runtime.worker_main.run_worker`) builds its engine from the EngineConfig
-(weights are loaded in the child), with `torch.set_num_threads(1)` unless told otherwise.
+(weights are loaded in the child), running `num_threads` torch threads (the serving runtime passes
+`RuntimeConfig.worker_threads`: the machine's usable cores split between its workers).
 In the parent, `submit` pickles the call and queues it; one sender thread writes the pipe (so
 `submit` never blocks on a busy child) and one reader thread resolves the futures. Calls run in
 submission order. If the child dies, every pending future and every later one fails with
