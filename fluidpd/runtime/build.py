@@ -73,6 +73,8 @@ def build_coordinator(
         gpus = str(config.device).startswith("cuda")
         shared["placement"] = placement or ray_placement(runtime, gpus, log)[0]
         threads = runtime.threads  # 0: each actor splits its node's cores between the workers there
+    probe.model = None  # in-process workers share it through `shared`; the others load their own
+    _release_heap()
 
     def spawn(i: int):
         return make_worker(runtime.backend, i, config, num_threads=threads, **shared)
@@ -94,6 +96,16 @@ def build_coordinator(
         release=shared["placement"].remove if "placement" in shared else None,
         prefix_caching=config.enable_prefix_caching,
     )
+
+
+def _release_heap() -> None:
+    """Hand the heap the probe engine freed (its weights, arena and profile runs) back to the OS."""
+    import gc
+
+    from fluidpd.core.memory import trim_heap
+
+    gc.collect()
+    trim_heap()
 
 
 @dataclass
