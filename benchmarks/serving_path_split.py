@@ -28,9 +28,9 @@ worker (VmRSS after one request). Headline: served ms/token vs engine ms/token (
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import http.client
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -43,7 +43,6 @@ from statistics import median
 
 import torch
 
-from fluidpd.core.cpu import worker_threads
 from fluidpd.core.memory import rss_bytes
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.engine import LLMEngine, load_model
@@ -210,9 +209,9 @@ def served_split(url: str, tracer: Tracer, streams: int, max_tokens: int, seed: 
     for res in results:
         rows = [r for r in res if r[1] > 0]
         arrivals[rows[0][0]] = [t for _, _, t in rows]
-    per_token = [b - a for ts in arrivals.values() for a, b in zip(ts[1:], ts[2:])]  # decode tokens
+    per_token = [b - a for ts in arrivals.values() for a, b in itertools.pairwise(ts[1:])]  # decode tokens
     steps = tracer.steps[2:]  # the first decode steps warm up
-    nxt = {id(a): b for a, b in zip(tracer.steps, tracer.steps[1:])}
+    nxt = {id(a): b for a, b in itertools.pairwise(tracer.steps)}
     crit: dict[str, list[float]] = {k: [] for k in CRITICAL}
     for s in steps:
         crit["engine step"].append(s["step_s"])
@@ -254,7 +253,7 @@ def engine_ms(engine: LLMEngine, streams: int, max_tokens: int, seed: int) -> fl
 def serve_memory() -> dict[str, float]:
     """VmRSS (GB) of a real `fluidpd serve --workers 1` and its worker, after one request."""
     port = 18000 + os.getpid() % 1000
-    cmd = [sys.executable, "-m", "fluidpd.cli", "serve", "--workers", "1", "--port", str(port)]
+    cmd = [sys.executable, "-m", "fluidpd.cli", "serve", "--workers", "1", "--port", str(port), "--threads", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log: list[str] = []
     reader = threading.Thread(target=lambda: log.extend(ln.rstrip() for ln in proc.stderr), daemon=True)  # type: ignore[union-attr]
@@ -317,10 +316,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--plot", type=Path, default=Path("results/serving_path_split.png"))
+    ap.add_argument("--threads", type=int, default=0, help="torch threads of the worker (0: the default)")
     ap.add_argument("--no-memory", action="store_true", help="skip the resident-memory measurement")
     args = ap.parse_args()
     mem = None if args.no_memory else serve_memory()
-    runtime = RuntimeConfig(workers=1, admit_ttft_factor=0.0)
+    runtime = RuntimeConfig(workers=1, admit_ttft_factor=0.0, threads=args.threads)
     threads = runtime.worker_threads
     tracer = Tracer()
     tracer.install()
