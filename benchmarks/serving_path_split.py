@@ -288,7 +288,12 @@ def plot(rows: dict[str, dict[str, float]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, stages, title in ((axes[0], CRITICAL, "between two steps"), (axes[1], DELIVERY, "step -> client")):
+    steps = ", ".join(f"{k} {r['engine step']:.0f} ms" for k, r in rows.items())
+    panels = (
+        (axes[0], CRITICAL[1:], f"between two steps\n(engine step: {steps})"),
+        (axes[1], DELIVERY, "step -> client"),
+    )
+    for ax, stages, title in panels:
         x = range(len(rows))
         bottom = [0.0] * len(rows)
         for st in stages:

@@ -80,6 +80,14 @@ def _actor_class():
     return EngineActor
 
 
+def bundle_nodes(group: Any) -> list[int]:
+    """The node of each bundle of a placement group, as indices in order of first appearance."""
+    ray = require_ray()
+    table = ray.util.placement_group_table(group)["bundles_to_node_id"]
+    ids: dict[str, int] = {}
+    return [ids.setdefault(table[i], len(ids)) for i in sorted(table)]
+
+
 @dataclass
 class RayPlacement:
     """Where workers go: a placement group with one bundle per worker, spread over the nodes."""
@@ -157,8 +165,6 @@ class RayWorker:
             opts: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0}
             if self.placement is not None:
                 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-                from fluidpd.runtime.ray_links import bundle_nodes
 
                 bundles = self.placement.group.bundle_count
                 nodes = bundle_nodes(self.placement.group)
