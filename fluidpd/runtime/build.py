@@ -66,14 +66,18 @@ def build_coordinator(
     log = log or _stderr
     probe = _probe(config, runtime, log, profile)
     shared: dict = {"model": probe.model, "tokenizer": probe.tokenizer} if runtime.backend == "inprocess" else {}
+    threads = runtime.worker_threads
     if runtime.backend == "ray":
         from fluidpd.runtime.ray_links import ray_placement
 
         gpus = str(config.device).startswith("cuda")
         shared["placement"] = placement or ray_placement(runtime, gpus, log)[0]
+        threads = runtime.threads  # 0: each actor splits its node's cores between the workers there
+    probe.model = None  # in-process workers share it through `shared`; the others load their own
+    _release_heap()
 
     def spawn(i: int):
-        return make_worker(runtime.backend, i, config, **shared)
+        return make_worker(runtime.backend, i, config, num_threads=threads, **shared)
 
     backends = [spawn(i) for i in range(runtime.workers)]
     _start(backends, runtime, bool(shared), log)
@@ -92,6 +96,16 @@ def build_coordinator(
         release=shared["placement"].remove if "placement" in shared else None,
         prefix_caching=config.enable_prefix_caching,
     )
+
+
+def _release_heap() -> None:
+    """Hand the heap the probe engine freed (its weights, arena and profile runs) back to the OS."""
+    import gc
+
+    from fluidpd.core.memory import trim_heap
+
+    gc.collect()
+    trim_heap()
 
 
 @dataclass
@@ -114,7 +128,8 @@ def _probe(config, runtime: RuntimeConfig, log, profile: EngineProfile | None) -
     from fluidpd.engine.engine import LLMEngine, load_model
     from fluidpd.runtime.profile import profile_engine
 
-    torch.set_num_threads(1)
+    # the profile prices steps for the policy: measured at the threads a worker runs
+    torch.set_num_threads(runtime.worker_threads)
     t0 = time.perf_counter()
     model, tokenizer = load_model(config)
     if tokenizer is None:
@@ -144,9 +159,11 @@ def _start(backends: list, runtime: RuntimeConfig, shared: bool, log) -> None:
     from fluidpd.runtime.backend import start_workers
 
     t1 = time.perf_counter()
-    start_workers(backends)
+    infos = start_workers(backends)
     rss = ", ".join(f"{rss_bytes(b.pid) / 2**30:.2f}" for b in backends)
+    threads = ", ".join(sorted({str(i.threads) for i in infos}))
     log(
-        f"started {runtime.workers} {runtime.backend} worker(s) in {time.perf_counter() - t1:.1f} s, "
+        f"started {runtime.workers} {runtime.backend} worker(s) ({threads} torch thread(s) each) in "
+        f"{time.perf_counter() - t1:.1f} s, "
         f"policy {runtime.policy}; resident memory per worker (GiB{', one shared process' if shared else ''}): {rss}"
     )

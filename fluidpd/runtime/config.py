@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fluidpd.core.cpu import worker_threads
 from fluidpd.core.knobs import knob
 from fluidpd.core.metrics import Slo
 from fluidpd.policy.base import PolicyConfig
@@ -17,7 +18,8 @@ BACKENDS = ("process", "inprocess", "ray")
 class RuntimeConfig:
     """Workers, the policy that runs them, its SLOs (CPU-sized defaults) and its knobs."""
 
-    workers: int = knob(1, "engine workers, one engine and one torch thread each")
+    workers: int = knob(1, "engine workers, one engine each")
+    threads: int = knob(0, "torch threads per worker (0: the usable cores split evenly between a machine's workers)")
     policy: str | None = knob(None, f"one of {', '.join(POLICIES)} (default: colocated for one worker, else fluidpd)")
     backend: str = knob(
         "process", "worker backend: a process per worker, threads of this process, or Ray actors", choices=BACKENDS
@@ -45,6 +47,8 @@ class RuntimeConfig:
         POLICIES.get(self.policy).router_of(self.scheduling)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0: cores // workers), got {self.threads}")
         if self.admit_ttft_factor < 0 or self.max_waiting < 1:
             raise ValueError("admit_ttft_factor must be >= 0 and max_waiting >= 1")
         if self.heartbeat_timeout_s <= 0 or self.step_timeout_s <= 0:
@@ -52,6 +56,11 @@ class RuntimeConfig:
         if not 0 < self.prefill_kv_fraction <= 1:
             raise ValueError("prefill_kv_fraction must be in (0, 1]")
         _ = self.slo  # validates the SLOs
+
+    @property
+    def worker_threads(self) -> int:
+        """Torch threads of each worker when all `workers` share this machine."""
+        return worker_threads(self.workers, self.threads)
 
     @property
     def slo(self) -> Slo:

@@ -8,7 +8,6 @@ KV moves between in-process workers with the "local" transport (the payload itse
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -77,24 +76,22 @@ class InProcessWorker:
         f: Future = Future()
         self._queue.put((f, self._build, (), {}))
         try:
-            f.result()
+            self.info = f.result()
         except BaseException:
             self.close()
             raise
-        times = f.result()
-        self.info = start_info(
-            self.worker_id, self.service.engine, times, 0.0, time.perf_counter() - t0, self.service.transport.name
-        )
-        self.info.pid = os.getpid()
+        self.info.total_s = time.perf_counter() - t0
         return self.info
 
-    def _build(self) -> dict[str, float]:
+    def _build(self) -> StartInfo:
+        """On the worker's thread (torch's thread count is per thread: the workers of one process split its cores)."""
+        t0 = time.perf_counter()
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)
         engine, times = build_engine(self.config, model=self._model, tokenizer=self._tokenizer, do_warmup=self.warmup)
         self.service = EngineService(self.worker_id, engine, self.transport)
         self._model = self._tokenizer = None
-        return times
+        return start_info(self.worker_id, engine, times, 0.0, time.perf_counter() - t0, self.service.transport.name)
 
     def submit(self, method: str, *args: Any, **kwargs: Any) -> Future:
         if method not in METHODS:

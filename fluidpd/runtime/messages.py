@@ -101,6 +101,7 @@ class StartInfo:
     load_format: str = ""
     device: str = "cpu"
     transport: str = ""
+    threads: int = 0  # torch threads its engine runs
 
 
 @dataclass(slots=True)

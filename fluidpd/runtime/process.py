@@ -1,7 +1,8 @@
 """ProcessWorker: one spawned process per worker; control over a Pipe, KV over shared memory.
 
 The child (`fluidpd.runtime.worker_main.run_worker`) builds its engine from the EngineConfig
-(weights are loaded in the child), with `torch.set_num_threads(1)` unless told otherwise.
+(weights are loaded in the child), running `num_threads` torch threads (the serving runtime passes
+`RuntimeConfig.worker_threads`: the machine's usable cores split between its workers).
 In the parent, `submit` pickles the call and queues it; one sender thread writes the pipe (so
 `submit` never blocks on a busy child) and one reader thread resolves the futures. Calls run in
 submission order. If the child dies, every pending future and every later one fails with
@@ -45,6 +46,7 @@ from fluidpd.runtime.transport.shm import unlink_segments_of
 from fluidpd.runtime.worker_main import run_worker
 
 _STOP = object()
+DIRECT_BYTES = 4096  # a call this small is written to the pipe by `submit` itself when none is queued
 
 
 class ProcessWorker:
@@ -78,6 +80,8 @@ class ProcessWorker:
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._outbox: queue.Queue = queue.Queue()
+        self._queued = 0  # calls queued or being written, by either thread (under _lock)
+        self._send_lock = threading.Lock()  # held while a call is written to the pipe
         self._sender: threading.Thread | None = None
         self._reader: threading.Thread | None = None
         self._dead: BaseException | None = None  # set once: why calls now fail
@@ -183,18 +187,41 @@ class ProcessWorker:
                 return failed_future(exc)
             f: Future = Future()
             self._pending[call_id] = f
-            self._outbox.put(data)
+            self._queued += 1
+            # a small call with nothing ahead of it is written by this thread (every step's plan:
+            # no hop to the sender thread); the pipe is taken before _lock is let go, so a call
+            # submitted meanwhile waits behind it. Big calls (prompts, KV) and later ones are queued.
+            direct = self._queued == 1 and len(data) <= DIRECT_BYTES
+            if direct:
+                self._send_lock.acquire()
+            else:
+                self._outbox.put(data)
+        if direct:
+            self._send(data, direct=True)
         return f
+
+    def _send(self, data: bytes, direct: bool = False) -> bool:
+        """Write one call to the pipe (in order: under _send_lock, which `direct` callers hold
+        already); False once the pipe is gone (the reader thread, seeing it too, fails the calls)."""
+        if not direct:
+            self._send_lock.acquire()
+        try:
+            self._conn.send_bytes(data)
+            ok = True
+        except (OSError, EOFError, ValueError):
+            ok = False
+        finally:
+            self._send_lock.release()
+        with self._lock:
+            self._queued -= 1
+        if not ok and not direct:  # (a submitting thread, maybe the event loop's, never waits on the child)
+            self._mark_dead()
+        return ok
 
     def _send_loop(self) -> None:
         while True:
             data = self._outbox.get()
-            if data is _STOP:
-                return
-            try:
-                self._conn.send_bytes(data)
-            except (OSError, EOFError, ValueError):
-                self._mark_dead()
+            if data is _STOP or not self._send(data):
                 return
 
     def _read_loop(self) -> None:
@@ -261,6 +288,8 @@ class ProcessWorker:
             self._closed = True
             running = self.process is not None and self._dead is None
         if running and self._sender is not None:
+            with self._lock:
+                self._queued += 1
             self._outbox.put(encode(Shutdown()))
         self._outbox.put(_STOP)
         proc = self.process

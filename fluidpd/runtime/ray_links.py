@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fluidpd.runtime.ray_worker import RayPlacement, connect_ray
+from fluidpd.runtime.ray_worker import RayPlacement, bundle_nodes, connect_ray
 from fluidpd.runtime.transport.ray import require_ray
 
 
@@ -89,14 +89,6 @@ def _probe_class():
             return time.perf_counter() - t0
 
     return LinkProbe
-
-
-def bundle_nodes(group: Any) -> list[int]:
-    """The node of each bundle of a placement group, as indices in order of first appearance."""
-    ray = require_ray()
-    table = ray.util.placement_group_table(group)["bundles_to_node_id"]
-    ids: dict[str, int] = {}
-    return [ids.setdefault(table[i], len(ids)) for i in sorted(table)]
 
 
 def measure_links(group: Any, nbytes: int = 32 << 20, repeats: int = 3, collective: bool = False) -> RayLinks:

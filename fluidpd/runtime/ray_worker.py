@@ -45,9 +45,11 @@ def _actor_class():
         def __init__(self, worker_id: int, config: EngineConfig, options: dict) -> None:
             import torch
 
+            from fluidpd.core.cpu import worker_threads
             from fluidpd.runtime.worker_main import EngineService, build_engine, start_info
 
-            torch.set_num_threads(int(options.get("num_threads", 1)))
+            here, threads = int(options.get("workers_here", 1)), int(options.get("num_threads", 1))
+            torch.set_num_threads(worker_threads(here, threads))
             t0 = time.perf_counter()
             self.error: BaseException | None = None
             try:
@@ -76,6 +78,14 @@ def _actor_class():
             self.service.transport.close()
 
     return EngineActor
+
+
+def bundle_nodes(group: Any) -> list[int]:
+    """The node of each bundle of a placement group, as indices in order of first appearance."""
+    ray = require_ray()
+    table = ray.util.placement_group_table(group)["bundles_to_node_id"]
+    ids: dict[str, int] = {}
+    return [ids.setdefault(table[i], len(ids)) for i in sorted(table)]
 
 
 @dataclass
@@ -124,6 +134,7 @@ class RayWorker:
         num_threads: int = 1,
         start_timeout_s: float = 600.0,
     ) -> None:
+        """`num_threads` 0: the actor's node's usable cores split between the placement's workers there."""
         self.worker_id = worker_id
         self.config = config or EngineConfig()
         self.placement = placement
@@ -156,6 +167,8 @@ class RayWorker:
                 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
                 bundles = self.placement.group.bundle_count
+                nodes = bundle_nodes(self.placement.group)
+                self.options["workers_here"] = nodes.count(nodes[self.worker_id % bundles])
                 opts["num_gpus"] = self.placement.bundle.get("GPU", 0)
                 opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     placement_group=self.placement.group, placement_group_bundle_index=self.worker_id % bundles

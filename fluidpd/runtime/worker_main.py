@@ -158,6 +158,7 @@ def start_info(
         load_format=c.load_format,
         device=str(c.device),
         transport=transport,
+        threads=torch.get_num_threads(),  # call on the engine's thread: the count is per thread
         **times,
     )
 

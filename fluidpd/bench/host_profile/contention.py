@@ -8,15 +8,16 @@ import time
 from statistics import median
 
 from fluidpd.bench.host_profile.step_bench import StepBench, with_blocks
+from fluidpd.core.cpu import worker_threads
 
 
-def _contention_child(config, conn) -> None:  # in a spawned process
+def _contention_child(config, conn, threads: int) -> None:  # in a spawned process
     import torch
 
     from fluidpd.engine.engine import LLMEngine
     from fluidpd.engine.plan import PrefillChunk, StepPlan
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     bench = StepBench(LLMEngine(config), os.getpid())
     decodes = [bench.request(255, 255) for _ in range(4)]
     conn.send("ready")
@@ -37,7 +38,8 @@ def _contention_child(config, conn) -> None:  # in a spawned process
 
 
 def measure_contention(engine_config, workers: int, seconds: float, advance, rounds: int = 2) -> dict:
-    """Step time while k = 1..workers processes (one torch thread each) run steps at once, as
+    """Step time while k = 1..workers processes (each with the torch threads a worker of a
+    `workers`-worker cluster on this host runs: `worker_threads(workers)`) run steps at once, as
     slowdowns against k = 1: a decode step (4 x 256 tokens) and a 256-token prefill, among k - 1
     steps of the same kind ("decode", "prefill") and among k - 1 of the other ("decode_cross":
     a decode step while the others prefill; "prefill_cross"). Each level is timed right after
@@ -45,7 +47,8 @@ def measure_contention(engine_config, workers: int, seconds: float, advance, rou
     pipes: list = []
     procs: list = []
     try:
-        _start(with_blocks(engine_config, 256), workers, pipes, procs)  # 4 x 256 decoding, their growth, a prefill
+        # 4 x 256 decoding, their growth, a prefill
+        _start(with_blocks(engine_config, 256), workers, pipes, procs, worker_threads(workers))
 
         def timed(kind: str, others: str, k: int) -> float:  # worker 0's median step, k - 1 others busy
             pipes[0].send((kind, seconds))
@@ -58,12 +61,12 @@ def measure_contention(engine_config, workers: int, seconds: float, advance, rou
         _stop(pipes, procs)
 
 
-def _start(engine_config, workers: int, pipes: list, procs: list) -> None:
+def _start(engine_config, workers: int, pipes: list, procs: list, threads: int) -> None:
     """Spawn `workers` contention workers (appended to `pipes` and `procs`) and wait until each is ready."""
     ctx = mp.get_context("spawn")
     for _ in range(workers):
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_contention_child, args=(engine_config, child), daemon=True)
+        proc = ctx.Process(target=_contention_child, args=(engine_config, child, threads), daemon=True)
         proc.start()
         pipes.append(parent)
         procs.append(proc)

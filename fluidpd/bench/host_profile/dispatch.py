@@ -8,16 +8,18 @@ from statistics import median
 from fluidpd.bench.host_profile.step_bench import with_blocks
 
 
-def measure_dispatch(engine_config, repeats: int) -> dict:
+def measure_dispatch(engine_config, repeats: int, threads: int = 1) -> dict:
     """The serving runtime's overhead per step: a worker process of the process backend runs
     decode steps (batch 1 and 8) and 256-token prefills sent from here; the wall time from sending
-    the plan to having its result, less the engine's own step time (pickling, the pipe, threads)."""
+    the plan to having its result, less the engine's own step time (pickling, the pipe, threads).
+    The worker runs `threads` torch threads."""
     from fluidpd.engine.plan import PrefillChunk, StepPlan
     from fluidpd.engine.sampling import SamplingParams
     from fluidpd.runtime.backend import make_worker
 
     params = SamplingParams(max_tokens=10_000, ignore_eos=True)
-    worker = make_worker("process", 0, with_blocks(engine_config, 256))  # 8 x 256 decoding + a prefill
+    # 8 x 256 decoding + a prefill
+    worker = make_worker("process", 0, with_blocks(engine_config, 256), num_threads=threads)
     try:
         worker.start()
 

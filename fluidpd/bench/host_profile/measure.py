@@ -14,7 +14,7 @@ from fluidpd.bench.host_profile.dispatch import measure_dispatch
 from fluidpd.bench.host_profile.kv import measure_remap, measure_transfer
 from fluidpd.bench.host_profile.step_bench import StepBench
 from fluidpd.bench.host_profile.steps import measure_jitter, measure_steps
-from fluidpd.core.cpu import cpu_name
+from fluidpd.core.cpu import cpu_name, worker_threads
 
 
 def measure_profile(
@@ -40,7 +40,7 @@ def measure_profile(
         engines.measure(cfg, parts, out, bar.update)
         del engines  # the rest runs in spawned worker processes
         if "dispatch" in parts:
-            out["dispatch"] = measure_dispatch(engine_config, cfg.dispatch_steps)
+            out["dispatch"] = measure_dispatch(engine_config, cfg.dispatch_steps, worker_threads(cfg.workers))
             bar.update()
         if "contention" in parts:
             out["contention"] = measure_contention(
@@ -54,6 +54,7 @@ def measure_profile(
         "host": {
             "cpu": cpu_name(),
             "cores": os.cpu_count(),
+            "threads_per_worker": worker_threads(cfg.workers),
             "mem_bytes": _mem_bytes(),
             "platform": platform.platform(),
         },
@@ -80,7 +81,8 @@ class _Engines:
 
         from fluidpd.engine.engine import LLMEngine, load_model
 
-        torch.set_num_threads(1)
+        # what a worker of a `cfg.workers`-worker cluster on this host runs (1 where they outnumber the cores)
+        torch.set_num_threads(worker_threads(cfg.workers))
         model, tok = load_model(engine_config)
         serving = LLMEngine(engine_config, model=model, tokenizer=tok)
         need = -(-(cfg.max_decode_tokens + 2 * max(cfg.batches) + max(cfg.transfer_tokens)) // engine_config.block_size)
