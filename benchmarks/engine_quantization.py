@@ -1,13 +1,13 @@
 """Quantised weights vs the fp32 reference on the shipped SmolLM2 GGUF: perplexity drift, logit error, greedy agreement.
 
-For each weight format (`--quantization`: none is the reference, fp16, int8, gguf): perplexity over
+For each weight format (`--quantization`: none is the reference, fp16, int8, gguf, gguf-q8): perplexity over
 held texts (two windows of the seed documents, 1024 tokens each, never used to pick a
 tolerance), the largest |logit - reference logit| relative to the largest logit, top-1
 agreement with the reference at every position, how many greedy 32-token continuations of
 the engine tests' prompts equal the reference's (and where the first differs), and the bytes of
 weights a decode step streams (MB).
 
-    .venv/bin/python benchmarks/engine_quantization.py [--tokens 1024]
+    .venv/bin/python benchmarks/engine_quantization.py [--tokens 1024] [--formats fp16,int8,gguf,gguf-q8]
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--formats", default="fp16,int8,gguf,gguf-q8", help="formats beside the reference none")
     args = ap.parse_args()
-    formats = ("none", "fp16", "int8", "gguf")
+    formats = ("none", *(q for q in args.formats.split(",") if q != "none"))
     engines = {q: engine(256, quantization=q, max_num_batched_tokens=args.tokens) for q in formats}
     tok = engines["none"].tokenizer
     texts = {k: tok.encode(v)[: args.tokens] for k, v in held_texts().items()}

@@ -19,7 +19,7 @@ DTYPES = {  # accepted spelling -> torch dtype name (torch is imported only to b
     "fp16": "float16",
 }
 LOAD_FORMATS = ("auto", "gguf", "safetensors", "dummy")  # "auto" + fluidpd.engine.loaders.LOADERS
-QUANTIZATIONS = ("none", "fp16", "int8", "gguf")  # fluidpd.engine.linear.LINEARS (not imported: it imports torch)
+QUANTIZATIONS = ("none", "fp16", "int8", "gguf", "gguf-q8")  # fluidpd.engine.linear.LINEARS (it imports torch)
 LAYER_OPS = ("fused", "torch")  # fluidpd.engine.layer_ops (not imported: it imports torch)
 ATTENTIONS = ("paged", "gather")  # decode attention: fluidpd.engine.paged_attention, or page gathers + SDPA
 MiB = 1 << 20
@@ -47,7 +47,8 @@ class EngineConfig:
         "auto",
         "weight format of the linear layers: none (the model dtype, the reference), fp16 (fp16 weights), "
         "int8 (per-channel int8 weights, per-token int8 activations), gguf (a GGUF's Q4_1 / Q8_0 blocks "
-        "read as shipped by a C kernel; float weights as fp16); all but none run on the CPU in float32 "
+        "read as shipped by a C kernel; float weights as fp16), gguf-q8 (gguf with activations quantised to "
+        "int8 blocks, as llama.cpp computes: faster, drifts); all but none run on the CPU in float32 "
         "(auto: gguf there for a GGUF checkpoint, else fp16; none elsewhere)",
         choices=("auto", *QUANTIZATIONS),
     )

@@ -5,6 +5,12 @@ computes from the blocks: fp32 activations times the exactly dequantised weights
 output rows split across torch's thread count. From `MM_FROM_ROWS` rows on (prefill) the weight
 is dequantised a slice of rows at a time into float32 scratch and multiplied by torch.mm, which is
 faster there. Weights the GGUF ships in float (or a non-GGUF checkpoint) run as `fp16`.
+
+`--quantization gguf-q8` computes every row as llama.cpp does for these types: each block of 32
+activations quantised to int8 with one scale, integer dot products per block (AVX2 maddubs, or
+VNNI), scaled in float (the scales stay fp32 where llama.cpp rounds them to fp16). It runs the
+kernel at every batch size (as fast as dequantise + torch.mm from 24 rows up), so a row's result
+does not depend on the rows batched with it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ class GgufKernel:
         self.linear = lib.gguf_linear
         self.linear.restype = _i32
         self.linear.argtypes = [_i32, _p, _i64, _i64, _p, _i64, _i64, _p, _i32]
+        self.linear_q8 = lib.gguf_linear_q8
+        self.linear_q8.restype = _i32
+        self.linear_q8.argtypes = self.linear.argtypes
         self.dequantize = lib.gguf_dequantize
         self.dequantize.restype = _i32
         self.dequantize.argtypes = [_i32, _p, _i64, _p, _i64, _i64, _p, _i32]
@@ -69,10 +78,14 @@ def kernel() -> GgufKernel:
 class GgufLinear:
     """y = x W^T (+ b) with W a QuantizedTensor (Q4_1 or Q8_0 blocks), on the CPU in float32."""
 
-    def __init__(self, weight: QuantizedTensor, bias: torch.Tensor | None = None, *, lookups: bool = False) -> None:
+    def __init__(
+        self, weight: QuantizedTensor, bias: torch.Tensor | None = None, *, lookups: bool = False, act8: bool = False
+    ) -> None:
         if weight.data.device.type != "cpu":
             raise ValueError("--quantization gguf runs on the CPU")
         self.k = kernel()
+        self.kernel_fn = self.k.linear_q8 if act8 else self.k.linear
+        self.mm_from_rows = None if act8 else MM_FROM_ROWS  # int8 blocks: the kernel at every size (as fast)
         self.weight, self.bias = weight, None if bias is None else bias.float()
         self.out_features, self.in_features = weight.shape
         self.type, self.ptr = GGML_TYPE[weight.kind], weight.data.data_ptr()
@@ -84,11 +97,11 @@ class GgufLinear:
         if x.stride(1) != 1:
             x = x.contiguous()
         n = x.shape[0]
-        if n >= MM_FROM_ROWS:
+        if self.mm_from_rows is not None and n >= self.mm_from_rows:
             y = self._mm(x)
         else:
             y = x.new_empty(n, self.out_features)
-            rc = self.k.linear(
+            rc = self.kernel_fn(
                 self.type, self.ptr, self.out_features, self.in_features, x.data_ptr(), x.stride(0), n,
                 y.data_ptr(), torch.get_num_threads(),
             )  # fmt: skip
@@ -145,12 +158,20 @@ def _scratch_buffer(numel: int) -> torch.Tensor:
 
 
 @LINEARS.register("gguf")
-def gguf_linear(weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, **kw) -> Linear:
+def gguf_linear(
+    weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, *, act8: bool = False, **kw
+) -> Linear:
     """The kernel for quantised blocks; fp16 for float weights, or where the kernel cannot be built."""
     if isinstance(weight, QuantizedTensor):
         try:
-            return GgufLinear(weight, bias, **kw)
+            return GgufLinear(weight, bias, act8=act8, **kw)
         except KernelUnavailable as exc:
             warnings.warn(f"--quantization gguf falls back to fp16: {exc}", RuntimeWarning, stacklevel=2)
             weight = weight.dequantize()
     return Fp16Linear(weight, bias, **kw)
+
+
+@LINEARS.register("gguf-q8")
+def gguf_q8_linear(weight: torch.Tensor | QuantizedTensor, bias: torch.Tensor | None = None, **kw) -> Linear:
+    """`gguf` with int8 activation blocks on the decode rows (llama.cpp's arithmetic)."""
+    return gguf_linear(weight, bias, act8=True, **kw)

@@ -195,3 +195,85 @@ def test_smollm2_greedy_outputs_equal_the_reference(gguf_model, reference):
     assert [alone.generate([p], params)[0].token_ids for p in PROMPTS] == reference
     batched = LLMEngine(EngineConfig(num_kv_blocks=64, max_num_batched_tokens=16), model=model, tokenizer=tok)
     assert [o.token_ids for o in batched.generate(PROMPTS, params)] == reference
+
+
+def _q8_reference(qt: QuantizedTensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """llama.cpp's int8-activation product in float64 from the exact integers, and its rounding bound."""
+    rows, cols = qt.shape
+    xb = x.float().reshape(x.shape[0], cols // 32, 32)
+    d = xb.abs().amax(-1, keepdim=True) / 127.0  # float32 operations, as the kernel's
+    inv = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
+    q = torch.round(xb * inv).clamp(-127, 127)  # torch.round: to nearest-even
+    s = d.squeeze(-1).double() * q.sum(-1).double()
+    b = qt.data.numpy().reshape(rows, cols // 32, -1)
+    dw = torch.from_numpy(b[..., 0:2].copy().view(np.float16).astype(np.float64)).squeeze(-1)
+    if qt.kind == "Q4_1":
+        mw = torch.from_numpy(b[..., 2:4].copy().view(np.float16).astype(np.float64)).squeeze(-1)
+        wq = torch.from_numpy(np.concatenate([b[..., 4:] & 0x0F, b[..., 4:] >> 4], axis=-1).astype(np.float64))
+    else:
+        mw = torch.zeros_like(dw)
+        wq = torch.from_numpy(b[..., 2:].view(np.int8).astype(np.float64))
+    dots = torch.einsum("nbk,rbk->nrb", q.double(), wq)  # exact integers
+    terms = dw[None] * d.squeeze(-1).double()[:, None] * dots + mw[None] * s[:, None]
+    mags = (dw.abs()[None] * d.squeeze(-1).double()[:, None]) * torch.einsum("nbk,rbk->nrb", q.abs().double(), wq.abs())
+    mags = mags + mw.abs()[None] * s.abs()[:, None]
+    return terms.sum(-1), ROUNDING * cols * EPS32 * mags.sum(-1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", [(37, 96), (130, 160), (960, 576)])
+def test_q8_kernel_is_llama_cpp_arithmetic(kind, shape):
+    qt, ref_w = _weight(kind, *shape)
+    lin = gl.GgufLinear(qt, act8=True)
+    for n in (1, 3, 8, 64):  # the kernel at every batch size
+        x = torch.randn(n, shape[1], generator=torch.Generator().manual_seed(n))
+        x[0, :32] = 0.0  # an all-zero block quantises to scale 0
+        y = lin(x)
+        ref, bound = _q8_reference(qt, x)
+        assert y.dtype == torch.float32 and y.shape == ref.shape
+        assert ((y.double() - ref).abs() <= bound).all()
+        exact = x.double() @ ref_w.double().t()  # int8 activations drift from the exact product, boundedly
+        scale = x.abs().double() @ ref_w.abs().double().t()
+        assert ((y.double() - exact).abs() <= 0.02 * scale).all()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_q8_every_instruction_set_path_and_batch_gives_the_same_bits(kind):
+    qt, _ = _weight(kind, 131, 224, seed=3)
+    lin, k = gl.GgufLinear(qt, act8=True), gl.kernel()
+    before = k.isa
+    x = torch.randn(11, 224, generator=torch.Generator().manual_seed(4))
+    try:
+        outs = {k.set_isa(isa): lin(x) for isa in range(len(gl.ISAS))}
+        for isa, y in outs.items():
+            assert torch.equal(y, outs[0]), f"{gl.ISAS[isa]} differs from the scalar path"
+        alone = torch.cat([lin(x[i : i + 1]) for i in range(11)])
+        assert torch.equal(alone, outs[0])  # a row's result does not depend on its batch
+    finally:
+        k.set_isa(before)
+
+
+def test_gguf_q8_is_registered_and_configurable(monkeypatch):
+    qt, _ = _weight("Q4_1", 40, 64)
+    lin = LINEARS.build("gguf-q8", qt)
+    assert isinstance(lin, gl.GgufLinear) and lin.mm_from_rows is None
+    assert isinstance(LINEARS.build("gguf-q8", torch.randn(16, 64)), Fp16Linear)
+    assert EngineConfig(quantization="gguf-q8").weight_format == "gguf-q8"
+
+    def unavailable():
+        raise KernelUnavailable("no C compiler")
+
+    monkeypatch.setattr(gl, "kernel", unavailable)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert isinstance(LINEARS.build("gguf-q8", qt), Fp16Linear)
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_q8_generates_the_references_first_tokens(reference):
+    config = EngineConfig(num_kv_blocks=64, quantization="gguf-q8")
+    model, tok = load_model(config)
+    assert model.quantization == "gguf-q8" and 95e6 < model.weight_bytes() < 98e6
+    engine = LLMEngine(config, model=model, tokenizer=tok)
+    outs = engine.generate(PROMPTS, SamplingParams(max_tokens=2, ignore_eos=True))
+    assert [o.token_ids for o in outs] == [r[:2] for r in reference]  # drifts later (docs/engine.md)

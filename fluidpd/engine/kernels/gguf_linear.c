@@ -287,6 +287,160 @@ static void rows_avx512(int32_t type, const uint8_t *w, int64_t r0, int64_t r1, 
 #define HAVE_AVX512 0
 #endif
 
+/* ---- int8 activations (llama.cpp's arithmetic for these types) ----
+ * Each block of 32 activations is quantised to int8 with one scale, d = max|x| / 127, q = x / d
+ * rounded to nearest-even; Q4_1 also keeps s = d * sum(q). A block's product is an exact integer
+ * dot in 8 lanes (lane l sums elements 4l..4l+3), scaled by d_w * d_x into 8 float lanes;
+ * Q4_1 adds m_w * s. llama.cpp rounds d and s to fp16; here they stay fp32. The scalar and the
+ * SIMD paths give bit-identical results (exact integer lanes, the same float operations). */
+
+#if HAVE_AVX2
+/* quantize_q8's block in 8-wide registers (the same operations: max, multiply, round to nearest-even) */
+static inline void quantize_block_avx2(const float *p, int8_t *q, float *dx, float *sx) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], mx = _mm256_setzero_ps();
+    for (int c = 0; c < 4; c++) v[c] = _mm256_loadu_ps(p + 8 * c), mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[c]));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m256 idv = _mm256_set1_ps(id), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    __m256i r[4];
+    for (int c = 0; c < 4; c++)
+        r[c] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_round_ps(_mm256_mul_ps(v[c], idv),
+                                                                              _MM_FROUND_TO_NEAREST_INT |
+                                                                                  _MM_FROUND_NO_EXC),
+                                                              lo),
+                                                hi));
+    const __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    /* pack to bytes in element order: packs interleave 128-bit halves, the permute undoes it */
+    const __m256i w01 = _mm256_packs_epi32(r[0], r[1]), w23 = _mm256_packs_epi32(r[2], r[3]);
+    const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, b);
+    *dx = d;
+    *sx = d * (float)_mm_cvtsi128_si32(s4);
+}
+#endif
+
+static void quantize_q8(const float *x, int64_t ldx, int64_t n, int64_t nb, int8_t *xq, float *dx, float *sx) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *p = x + i * ldx + b * QK;
+            int8_t *q = xq + (i * nb + b) * QK;
+#if HAVE_AVX2
+            if (isa >= 1) {
+                quantize_block_avx2(p, q, dx + i * nb + b, sx + i * nb + b);
+                continue;
+            }
+#endif
+            float amax = 0.0f;
+            for (int k = 0; k < QK; k++) amax = fmaxf(amax, fabsf(p[k]));
+            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            int32_t s = 0;
+            for (int k = 0; k < QK; k++) {
+                float v = nearbyintf(p[k] * id);
+                v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+                q[k] = (int8_t)v;
+                s += q[k];
+            }
+            dx[i * nb + b] = d;
+            sx[i * nb + b] = d * (float)s;
+        }
+}
+
+static void rows_q8_scalar(int32_t type, const uint8_t *w, int64_t r0, int64_t r1, int64_t nb, const int8_t *xq,
+                           const float *dx, const float *sx, int64_t n, float *y, int64_t ldy) {
+    const int64_t bb = block_bytes(type);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w + r * nb * bb;
+        for (int64_t i = 0; i < n; i++) {
+            float acc[8] = {0}, ms = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = wr + b * bb;
+                const int8_t *q = xq + (i * nb + b) * QK;
+                int32_t wq[QK];
+                if (type == TYPE_Q4_1)
+                    for (int k = 0; k < 16; k++) wq[k] = blk[4 + k] & 0x0f, wq[16 + k] = blk[4 + k] >> 4;
+                else
+                    for (int k = 0; k < QK; k++) wq[k] = (int8_t)blk[2 + k];
+                const float scale = fp16_to_fp32(rd16(blk)) * dx[i * nb + b];
+                for (int l = 0; l < 8; l++) {
+                    const int32_t lane = wq[4 * l] * q[4 * l] + wq[4 * l + 1] * q[4 * l + 1] +
+                                         wq[4 * l + 2] * q[4 * l + 2] + wq[4 * l + 3] * q[4 * l + 3];
+                    acc[l] = fmaf(scale, (float)lane, acc[l]);
+                }
+                if (type == TYPE_Q4_1) ms = fmaf(fp16_to_fp32(rd16(blk + 2)), sx[i * nb + b], ms);
+            }
+            y[i * ldy + r] = lanes_sum(acc) + ms;
+        }
+    }
+}
+
+#if HAVE_AVX2
+/* 8 int32 lanes, lane l = sum of u[4l..4l+3] * s[4l..4l+3] (u unsigned, s signed bytes) */
+static inline __m256i dot_us8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+static inline __attribute__((always_inline)) void row_tile_q8_avx2(int32_t type, const uint8_t *wr, int64_t nb,
+                                                                   const int8_t *xq, const float *dx,
+                                                                   const float *sx, int nt, float *y, int64_t ldy) {
+    const int64_t bb = block_bytes(type);
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    __m256 acc[TILE];
+    float ms[TILE];
+    for (int i = 0; i < nt; i++) acc[i] = _mm256_setzero_ps(), ms[i] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = wr + b * bb;
+        const float d = _cvtsh_ss(rd16(blk));
+        __m256i wv;
+        if (type == TYPE_Q4_1) {
+            const __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 4));
+            wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
+        } else {
+            wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        }
+        const __m256i wabs = type == TYPE_Q4_1 ? wv : _mm256_sign_epi8(wv, wv);
+        const float m = type == TYPE_Q4_1 ? _cvtsh_ss(rd16(blk + 2)) : 0.0f;
+        for (int i = 0; i < nt; i++) {
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (i * nb + b) * QK));
+            if (type != TYPE_Q4_1) xv = _mm256_sign_epi8(xv, wv);
+            const __m256 lanes = _mm256_cvtepi32_ps(dot_us8(wabs, xv));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx[i * nb + b]), lanes, acc[i]);
+            if (type == TYPE_Q4_1) ms[i] = fmaf(m, sx[i * nb + b], ms[i]);
+        }
+    }
+    for (int i = 0; i < nt; i++) y[i * ldy] = hsum8(acc[i]) + ms[i];
+}
+
+#define Q8_CASE(T)                                                                                              \
+    case T:                                                                                                     \
+        row_tile_q8_avx2(type, wr, nb, xq + i0 * nb * QK, dx + i0 * nb, sx + i0 * nb, T, y + i0 * ldy + r, ldy); \
+        break;
+
+static void rows_q8_avx2(int32_t type, const uint8_t *w, int64_t r0, int64_t r1, int64_t nb, const int8_t *xq,
+                         const float *dx, const float *sx, int64_t n, float *y, int64_t ldy) {
+    const int64_t bb = block_bytes(type);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = w + r * nb * bb;
+        for (int64_t i0 = 0; i0 < n; i0 += TILE) {
+            switch (n - i0 < TILE ? n - i0 : TILE) {
+                Q8_CASE(1) Q8_CASE(2) Q8_CASE(3) Q8_CASE(4) Q8_CASE(5) Q8_CASE(6) Q8_CASE(7) Q8_CASE(8)
+            }
+        }
+    }
+}
+#endif
+
 /* ---- the thread pool ---- */
 
 typedef struct {
@@ -455,6 +609,47 @@ int32_t gguf_linear(int32_t type, const uint8_t *w, int64_t rows, int64_t cols, 
     int parts = threads < 1 ? 1 : threads;
     if (rows / parts < 64) parts = rows / 64 > 1 ? (int)(rows / 64) : 1;
     run_parts(linear_part, &a, parts);
+    return 0;
+}
+
+typedef struct {
+    int32_t type;
+    const uint8_t *w;
+    int64_t rows, nb, n;
+    const int8_t *xq;
+    const float *dx, *sx;
+    float *y;
+} linear_q8_t;
+
+static void linear_q8_part(void *arg, int part, int parts) {
+    const linear_q8_t *a = arg;
+    int64_t r0, r1;
+    range_of(a->rows, part, parts, &r0, &r1);
+    if (r0 >= r1) return;
+#if HAVE_AVX2
+    if (isa >= 1) {
+        rows_q8_avx2(a->type, a->w, r0, r1, a->nb, a->xq, a->dx, a->sx, a->n, a->y, a->rows);
+        return;
+    }
+#endif
+    rows_q8_scalar(a->type, a->w, r0, r1, a->nb, a->xq, a->dx, a->sx, a->n, a->y, a->rows);
+}
+
+/* gguf_linear with the activations quantised to int8 blocks first (see quantize_q8) */
+int32_t gguf_linear_q8(int32_t type, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int64_t ldx,
+                       int64_t n, float *y, int32_t threads) {
+    if (block_bytes(type) == 0 || cols % QK != 0 || rows < 1 || n < 0 || ldx < cols) return -1;
+    if (n == 0) return 0;
+    const int64_t nb = cols / QK;
+    int8_t *xq = malloc((size_t)(n * cols) + 2 * (size_t)(n * nb) * sizeof(float));
+    if (xq == NULL) abort();
+    float *dx = (float *)(xq + n * cols), *sx = dx + n * nb; /* n * cols is a multiple of 32: aligned */
+    quantize_q8(x, ldx, n, nb, xq, dx, sx);
+    linear_q8_t a = {type, w, rows, nb, n, xq, dx, sx, y};
+    int parts = threads < 1 ? 1 : threads;
+    if (rows / parts < 64) parts = rows / 64 > 1 ? (int)(rows / 64) : 1;
+    run_parts(linear_q8_part, &a, parts);
+    free(xq);
     return 0;
 }
 
