@@ -2,11 +2,12 @@
 
 For each of SmolLM2's linear shapes (Q4_1 q|k|v, o, gate|up, down; the Q8_0 lm_head) and each
 number of activation rows N, the median time of one call of: the kernel on its AVX2 and AVX-512
-paths (bit-identical results), the dequantise + torch.mm path, and fbgemm's fp16 layer (the
-previous default). Calls alternate in the same run; one torch thread unless `--threads`. The
-headline gives, per shape, the smallest N from which dequantise + torch.mm is faster than the
-kernel (what `MM_FROM_ROWS` in fluidpd/engine/gguf_linear.py is set from) and the kernel's
-time over fp16's at N = 1 and 8.
+paths (bit-identical results), the dequantise + torch.mm path, the `gguf-q8` kernel (int8
+activations), and fbgemm's fp16 layer (the previous default). Calls alternate in the same run;
+one torch thread unless `--threads`. The headline gives, per shape, the smallest N from which
+dequantise + torch.mm is faster than the kernel (what `MM_FROM_ROWS` in
+fluidpd/engine/gguf_linear.py is set from), the kernel's time over fp16's at N = 1 and 8, and
+gguf-q8's over the kernel's at N = 1.
 
     python benchmarks/engine_gguf_linear.py [--reps 50] [--rows 1,8,16,24,32,48,64] [--threads 1]
 """
@@ -45,7 +46,8 @@ def call(lin, x: torch.Tensor, isa: int | None = None, mm_from: int = 0):
     def f():
         if isa is not None:
             gl.kernel().set_isa(isa)
-            gl.MM_FROM_ROWS = mm_from
+            if lin.mm_from_rows is not None:
+                lin.mm_from_rows = mm_from
         lin(x)
 
     return f
@@ -61,14 +63,15 @@ def main() -> None:
     k, mm_from = gl.kernel(), gl.MM_FROM_ROWS
     widest = len(gl.ISAS) - 1
     torch.manual_seed(0)
-    cross, vs_fp16 = {}, {}
-    print(f"{'shape':8} {'N':>3} {'avx2 us':>9} {'avx512 us':>10} {'mm us':>9} {'fp16 us':>9}  kernel/fp16")
+    cross, vs_fp16, q8_vs = {}, {}, {}
+    cols = ("avx2 us", "avx512 us", "mm us", "q8 us", "fp16 us")
+    print(f"{'shape':8} {'N':>3} " + " ".join(f"{c:>9}" for c in cols) + "  kernel/fp16")
     for name, (kind, rows, cols) in SHAPES.items():
         w = torch.randn(rows, cols) * 0.05
         qt = QuantizedTensor(
             kind, (rows, cols), torch.from_numpy(quantize(w.numpy(), GGMLQuantizationType[kind]).copy())
         )
-        lin, f16 = gl.GgufLinear(qt), Fp16Linear(qt.dequantize())
+        lin, q8, f16 = gl.GgufLinear(qt), gl.GgufLinear(qt, act8=True), Fp16Linear(qt.dequantize())
 
         for n in [int(r) for r in args.rows.split(",")]:
             x = torch.randn(n, cols)
@@ -76,6 +79,7 @@ def main() -> None:
                 "avx2": call(lin, x, isa=1, mm_from=1 << 30),
                 "avx512": call(lin, x, isa=widest, mm_from=1 << 30),
                 "mm": call(lin, x, isa=widest, mm_from=0),
+                "q8": call(q8, x, isa=widest),
                 "fp16": call(f16, x),
             }
             t = timed(fns, max(5, args.reps // 10) if name == "lm_head" else args.reps)
@@ -83,12 +87,13 @@ def main() -> None:
             if t["mm"] < best and name not in cross:
                 cross[name] = n
             vs_fp16[name, n] = best / t["fp16"]
+            if n == 1:
+                q8_vs[name] = t["q8"] / best
             print(
                 f"{name:8} {n:3} {t['avx2'] * 1e6:9.1f} {t['avx512'] * 1e6:10.1f} {t['mm'] * 1e6:9.1f} "
-                f"{t['fp16'] * 1e6:9.1f}  {best / t['fp16']:.2f}"
+                f"{t['q8'] * 1e6:9.1f} {t['fp16'] * 1e6:9.1f}  {best / t['fp16']:.2f}"
             )
     k.set_isa(widest)
-    gl.MM_FROM_ROWS = mm_from
     print(
         f"engine_gguf_linear ({args.threads} thread(s)): dequantise + torch.mm beats the kernel from N = "
         + ", ".join(f"{s} {cross.get(s, '>max')}" for s in SHAPES)
@@ -96,6 +101,8 @@ def main() -> None:
         + ", ".join(f"{s} {vs_fp16.get((s, 1), float('nan')):.2f}" for s in SHAPES)
         + ", N=8: "
         + ", ".join(f"{s} {vs_fp16.get((s, 8), float('nan')):.2f}" for s in SHAPES)
+        + "; gguf-q8 / kernel at N=1: "
+        + ", ".join(f"{s} {q8_vs.get(s, float('nan')):.2f}" for s in SHAPES)
     )
 
 

@@ -13,6 +13,7 @@ reported). The fluidpd it starts admits every request (`--admit-ttft-factor 0`),
 Greedy, `ignore_eos` (servers that ignore it may stop early: their token counts are printed).
 
     .venv/bin/python benchmarks/engine_vs_peers.py [--url URL] [--peer llama.cpp | --peer-url URL] [--rounds 3]
+        [--serve-args "--quantization gguf-q8"]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import math
 import os
 import random
+import shlex
 import signal
 import statistics
 import sys
@@ -62,7 +64,7 @@ def prompt_text(name: str, tokens: int = PROMPT_TOKENS) -> str:
     return tokenizer().decode(tokenizer().encode(words, add_special_tokens=False)[:tokens])
 
 
-def ours_server() -> ServerProcess:
+def ours_server(extra: list[str]) -> ServerProcess:
     port = free_port()
     cmd = [
         sys.executable,
@@ -77,6 +79,7 @@ def ours_server() -> ServerProcess:
         "0",
         "--log-level",
         "warning",
+        *extra,
     ]
     return ServerProcess("fluidpd serve", cmd, f"http://127.0.0.1:{port}", LOGS / "fluidpd-engine-vs-peers.log")
 
@@ -129,6 +132,7 @@ def main() -> None:
     peer.add_argument("--peer-url", help="any OpenAI-compatible server of the same model, already running")
     ap.add_argument("--peer-threads", type=int, default=len(os.sched_getaffinity(0)), help="default: the cores")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--serve-args", default="", help='more flags for our server, e.g. "--quantization gguf-q8"')
     ap.add_argument("--plot", default="results/engine_vs_peers.png")
     args = ap.parse_args()
     if args.rounds < 1 or args.peer_threads < 1:
@@ -144,7 +148,7 @@ def main() -> None:
             except FileNotFoundError as exc:
                 sys.exit(f"error: {exc}")
         if not args.url:
-            started.append(("fluidpd", ours_server()))
+            started.append(("fluidpd", ours_server(shlex.split(args.serve_args))))
         for _, server in progress(started, "starting servers"):
             stack.enter_context(server)
         procs = dict(started)
