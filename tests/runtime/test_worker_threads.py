@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import pytest
 import torch
@@ -51,3 +52,19 @@ def test_in_process_worker_sets_its_own_thread_only():
     finally:
         w.close()
     assert torch.get_num_threads() == before
+
+
+def test_a_gguf_worker_is_spawned_with_openmp_threads_that_sleep(monkeypatch):
+    from fluidpd.engine.config import EngineConfig
+    from fluidpd.runtime.process import child_environ
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    with child_environ(EngineConfig()):  # the shipped GGUF: the gguf kernel's pool beside OpenMP
+        assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "OMP_WAIT_POLICY" not in os.environ  # only the child's environment
+    with child_environ(EngineConfig(quantization="fp16")):
+        assert "OMP_WAIT_POLICY" not in os.environ
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    with child_environ(EngineConfig()):
+        assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"  # the user's setting wins
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
