@@ -188,6 +188,16 @@ static inline __attribute__((always_inline)) void row_tile_avx2(int32_t type, co
     for (int i = 0; i < nt; i++) y[i * ldy] = hsum8(acc[i]) + ms[i];
 }
 
+/* each weight row r0..r1 (its blocks at wr) against the n activation rows in tiles of up to TILE;
+ * CASE(T) handles one tile of T rows starting at i0 (T a constant, so the tile's loops unroll) */
+#define ROW_TILES(CASE)                                                                                         \
+    for (int64_t r = r0; r < r1; r++) {                                                                         \
+        const uint8_t *wr = w + r * nb * bb;                                                                    \
+        for (int64_t i0 = 0; i0 < n; i0 += TILE) {                                                              \
+            switch (n - i0 < TILE ? n - i0 : TILE) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) } \
+        }                                                                                                       \
+    }
+
 #define TILE_CASE(T)                                                                                            \
     case T:                                                                                                     \
         row_tile_avx2(type, wr, nb, x + i0 * ldx, ldx, sx + i0 * nb, nb, T, y + i0 * ldy + r, ldy);          \
@@ -196,14 +206,7 @@ static inline __attribute__((always_inline)) void row_tile_avx2(int32_t type, co
 static void rows_avx2(int32_t type, const uint8_t *w, int64_t r0, int64_t r1, int64_t nb, const float *x,
                       int64_t ldx, int64_t n, const float *sx, float *y, int64_t ldy) {
     const int64_t bb = block_bytes(type);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *wr = w + r * nb * bb;
-        for (int64_t i0 = 0; i0 < n; i0 += TILE) {
-            switch (n - i0 < TILE ? n - i0 : TILE) {
-                TILE_CASE(1) TILE_CASE(2) TILE_CASE(3) TILE_CASE(4) TILE_CASE(5) TILE_CASE(6) TILE_CASE(7) TILE_CASE(8)
-            }
-        }
-    }
+    ROW_TILES(TILE_CASE)
 }
 #endif
 
@@ -430,14 +433,7 @@ static inline __attribute__((always_inline)) void row_tile_q8_avx2(int32_t type,
 static void rows_q8_avx2(int32_t type, const uint8_t *w, int64_t r0, int64_t r1, int64_t nb, const int8_t *xq,
                          const float *dx, const float *sx, int64_t n, float *y, int64_t ldy) {
     const int64_t bb = block_bytes(type);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *wr = w + r * nb * bb;
-        for (int64_t i0 = 0; i0 < n; i0 += TILE) {
-            switch (n - i0 < TILE ? n - i0 : TILE) {
-                Q8_CASE(1) Q8_CASE(2) Q8_CASE(3) Q8_CASE(4) Q8_CASE(5) Q8_CASE(6) Q8_CASE(7) Q8_CASE(8)
-            }
-        }
-    }
+    ROW_TILES(Q8_CASE)
 }
 #endif
 
