@@ -26,6 +26,8 @@ NUM_KV_BLOCKS = 256
 # tests that force role switches: those are the only ones (FluidPD's own decisions, timing-dependent
 # on a loaded host, are held off) and a slow drain never rolls back
 FORCED_ONLY = FluidConfig(tau_persist_s=1e9, drain_timeout_s=0)
+# and every live decode of a draining worker migrates (none finishes in place, however fast the host)
+MIGRATE_ALL = replace(FORCED_ONLY, role=replace(FORCED_ONLY.role, drain_finish_s=0))
 PROMPTS = [
     "The capital of France is",
     "Write a haiku about the sea.\nThe waves",

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from dataclasses import replace
 
 import pytest
 import torch
-from rtbackend_help import FORCED_ONLY
+from rtbackend_help import FORCED_ONLY, MIGRATE_ALL
 
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.engine import LLMEngine, load_model
@@ -141,9 +140,7 @@ def test_a_hundred_forced_switches_under_streaming_load_lose_nothing(reference):
     role has two serving workers): every stream gets the greedy reference tokens, none fails."""
     _, ids, expected = reference
     # every live decode of a draining worker migrates (none is "close enough to finish in place")
-    coord = coordinator(
-        "fluidpd", 3, tbt_slo_s=0.5, fluid=replace(FORCED_ONLY, role=replace(FORCED_ONLY.role, drain_finish_s=0))
-    )
+    coord = coordinator("fluidpd", 3, tbt_slo_s=0.5, fluid=MIGRATE_ALL)
     switches, results = 100, []
 
     async def go():

@@ -8,7 +8,7 @@ import os
 import signal
 
 import pytest
-from rtbackend_help import FORCED_ONLY, served_setup
+from rtbackend_help import MIGRATE_ALL, served_setup
 
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.policy.base import PolicyConfig
@@ -167,7 +167,7 @@ async def kill_during_drain(c, victim) -> dict:
 def test_a_switch_and_a_failure_racing_leave_a_consistent_cluster(setup, who):
     """kill -9 of the worker being switched, or of the peer its live KV is moving to, mid-drain."""
     _, _, ids, expected = setup
-    coord = coordinator(setup, "fluidpd", fluid=FORCED_ONLY)
+    coord = coordinator(setup, "fluidpd", fluid=MIGRATE_ALL)  # live KV in flight on any host
     caught: list[dict] = []
 
     def victim(c, wid):
