@@ -154,6 +154,11 @@ class EngineConfig:
         return "gguf" if self.checkpoint_format == "gguf" else "fp16"
 
     @property
+    def gguf_blocks(self) -> bool:
+        """Whether the linear layers read a GGUF's blocks as shipped (gguf, gguf-q8: the C kernel's thread pool)."""
+        return self.weight_format in ("gguf", "gguf-q8")
+
+    @property
     def checkpoint_format(self) -> str | None:
         """The load format `model` resolves to (None: it does not exist)."""
         from fluidpd.engine.loaders import resolve_model

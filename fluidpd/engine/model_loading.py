@@ -19,7 +19,7 @@ def load_model(config: EngineConfig, checkpoint: Checkpoint | None = None) -> tu
         config.torch_dtype,
         config.seed,
         config.model_overrides,
-        keep_quantized=config.weight_format.startswith("gguf"),
+        keep_quantized=config.gguf_blocks,
     )
     max_len = config.max_model_len or min(ckpt.config.max_position_embeddings, MAX_DEFAULT_LEN)
     model = LlamaModel(

@@ -61,7 +61,7 @@ def child_environ(config: EngineConfig):
     cores it needs (2 threads on 2 cores, batch-1 step 13.0 ms spinning vs 8.9 ms passive, where the
     fp16 format, all OpenMP, runs 8.9 vs 15.6 ms: `engine_bandwidth.py`). A value the user set wins.
     """
-    extra = {"OMP_WAIT_POLICY": "PASSIVE"} if config.weight_format.startswith("gguf") else {}
+    extra = {"OMP_WAIT_POLICY": "PASSIVE"} if config.gguf_blocks else {}
     extra = {k: v for k, v in extra.items() if k not in os.environ}
     with _ENV_LOCK:
         os.environ.update(extra)

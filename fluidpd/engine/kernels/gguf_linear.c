@@ -597,16 +597,24 @@ static void linear_part(void *arg, int part, int parts) {
     if (sx != stack) free(sx);
 }
 
+static int linear_args_ok(int32_t type, int64_t rows, int64_t cols, int64_t ldx, int64_t n) {
+    return block_bytes(type) != 0 && cols % QK == 0 && rows >= 1 && n >= 0 && ldx >= cols;
+}
+
+/* how many parts to split `rows` output rows into: under ~64 rows a part costs less than waking a thread */
+static int row_parts(int64_t rows, int32_t threads) {
+    int parts = threads < 1 ? 1 : threads;
+    if (rows / parts < 64) parts = rows / 64 > 1 ? (int)(rows / 64) : 1;
+    return parts;
+}
+
 /* y [n, rows] (contiguous) = x [n, cols] (rows ldx apart) . W^T; 0, or -1 for a bad type or shape */
 int32_t gguf_linear(int32_t type, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int64_t ldx,
                     int64_t n, float *y, int32_t threads) {
-    if (block_bytes(type) == 0 || cols % QK != 0 || rows < 1 || n < 0 || ldx < cols) return -1;
+    if (!linear_args_ok(type, rows, cols, ldx, n)) return -1;
     if (n == 0) return 0;
     linear_t a = {type, w, rows, cols / QK, x, ldx, n, y};
-    /* under ~64 output rows a part costs less than waking a thread */
-    int parts = threads < 1 ? 1 : threads;
-    if (rows / parts < 64) parts = rows / 64 > 1 ? (int)(rows / 64) : 1;
-    run_parts(linear_part, &a, parts);
+    run_parts(linear_part, &a, row_parts(rows, threads));
     return 0;
 }
 
@@ -636,7 +644,7 @@ static void linear_q8_part(void *arg, int part, int parts) {
 /* gguf_linear with the activations quantised to int8 blocks first (see quantize_q8) */
 int32_t gguf_linear_q8(int32_t type, const uint8_t *w, int64_t rows, int64_t cols, const float *x, int64_t ldx,
                        int64_t n, float *y, int32_t threads) {
-    if (block_bytes(type) == 0 || cols % QK != 0 || rows < 1 || n < 0 || ldx < cols) return -1;
+    if (!linear_args_ok(type, rows, cols, ldx, n)) return -1;
     if (n == 0) return 0;
     const int64_t nb = cols / QK;
     int8_t *xq = malloc((size_t)(n * cols) + 2 * (size_t)(n * nb) * sizeof(float));
@@ -644,9 +652,7 @@ int32_t gguf_linear_q8(int32_t type, const uint8_t *w, int64_t rows, int64_t col
     float *dx = (float *)(xq + n * cols), *sx = dx + n * nb; /* n * cols is a multiple of 32: aligned */
     quantize_q8(x, ldx, n, nb, xq, dx, sx);
     linear_q8_t a = {type, w, rows, nb, n, xq, dx, sx, y};
-    int parts = threads < 1 ? 1 : threads;
-    if (rows / parts < 64) parts = rows / 64 > 1 ? (int)(rows / 64) : 1;
-    run_parts(linear_q8_part, &a, parts);
+    run_parts(linear_q8_part, &a, row_parts(rows, threads));
     free(xq);
     return 0;
 }
