@@ -8,6 +8,8 @@ Layout (elements of the model dtype):
 Block-major means a block's KV for every layer is one contiguous chunk, so shrinking the KV
 part keeps a prefix of the buffer, and exporting or moving a block copies one chunk.
 `resize_kv(n)` re-slices the same buffer (FluidRole's memory remap): no allocation, no reload.
+On the CPU the buffer is the OS's zero pages until written, so an arena costs resident memory only
+for the blocks it has used.
 Scratch holds the attention workspace (gathered K/V of a step), so a prefill-leaning worker
 that shrinks KV gets room for long-context gathers without allocating.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from fluidpd.engine.kv_transfer import KVLayout
@@ -44,9 +47,7 @@ class KVArena:
             raise ValueError(
                 f"arena of {total_bytes} bytes cannot hold {num_blocks} KV blocks of {self.block_bytes} bytes"
             )
-        # zeroed, not empty: attention reads the stale tail of a sequence's last block (masked);
-        # masked garbage must stay finite (0 * NaN would poison the output)
-        self.buffer = torch.zeros(numel, dtype=dtype, device=self.device)
+        self.buffer = _zeros(numel, dtype, self.device)
         self._slice(num_blocks)
 
     @classmethod
@@ -138,3 +139,19 @@ class KVArena:
         """cache[block_ids] (one layer's K or V pages) written into the workspace."""
         out = self.workspace((block_ids.numel(), *cache.shape[1:]), slot)
         return torch.index_select(cache, 0, block_ids, out=out)
+
+
+ALIGN = 64  # bytes: a cache line, as torch aligns its own CPU tensors
+
+
+def _zeros(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zeroed buffer. Zeroed, not empty: attention reads the stale tail of a sequence's last block
+    (masked), and masked garbage must stay finite (0 * NaN would poison the output). On the CPU its
+    pages are the OS's zero pages until written (calloc: resident memory grows with the KV used;
+    torch.zeros would write every byte at start)."""
+    if device.type != "cpu":
+        return torch.zeros(numel, dtype=dtype, device=device)
+    nbytes = numel * dtype.itemsize
+    raw = torch.from_numpy(np.zeros(nbytes + ALIGN, dtype=np.uint8))
+    skip = -raw.data_ptr() % ALIGN
+    return raw[skip : skip + nbytes].view(dtype)

@@ -33,7 +33,8 @@ class EngineConfig:
       * `num_kv_blocks` only: arena = num_kv_blocks blocks + `scratch_bytes`;
       * `arena_bytes` only: KV gets everything but `scratch_bytes`;
       * both: KV gets `num_kv_blocks`, scratch the rest of `arena_bytes`;
-      * neither: KV holds `default_kv_tokens` tokens, plus `scratch_bytes`.
+      * neither: KV holds one max_model_len request (at least `default_kv_tokens` tokens), plus
+        `scratch_bytes` (on the CPU resident only as it is used: `fluidpd.engine.arena`).
     """
 
     model: str = knob(
@@ -70,7 +71,9 @@ class EngineConfig:
         None, "tokenizer source: a .gguf, a directory, or 'smollm2' (default: the model's own)"
     )
     block_size: int = 16
-    num_kv_blocks: int | None = knob(None, "KV cache blocks (default: enough for 4096 tokens)")
+    num_kv_blocks: int | None = knob(
+        None, "KV cache blocks (default: enough for one max_model_len request, at least 4096 tokens)"
+    )
     arena_bytes: int | None = None
     scratch_bytes: int = 32 * MiB
     default_kv_tokens: int = 4096
@@ -168,8 +171,9 @@ class EngineConfig:
         except (FileNotFoundError, ValueError):
             return None
 
-    def arena_layout(self, block_bytes: int) -> tuple[int, int]:
-        """(initial KV blocks, total arena bytes) for blocks of `block_bytes` bytes."""
+    def arena_layout(self, block_bytes: int, max_model_len: int = 0) -> tuple[int, int]:
+        """(initial KV blocks, total arena bytes) for blocks of `block_bytes` bytes, on an engine whose
+        longest request is `max_model_len` tokens."""
         if self.num_kv_blocks is not None and self.arena_bytes is not None:
             blocks, total = self.num_kv_blocks, self.arena_bytes
         elif self.num_kv_blocks is not None:
@@ -179,7 +183,7 @@ class EngineConfig:
             total = self.arena_bytes
             blocks = (total - self.scratch_bytes) // block_bytes
         else:
-            blocks = -(-self.default_kv_tokens // self.block_size)
+            blocks = -(-max(self.default_kv_tokens, max_model_len) // self.block_size)
             total = blocks * block_bytes + self.scratch_bytes
         if blocks < 1 or blocks * block_bytes > total:
             raise ValueError(f"arena of {total} bytes cannot hold {max(blocks, 1)} KV block(s) of {block_bytes} bytes")

@@ -17,12 +17,12 @@ def _stderr(msg: str) -> None:
     print(f"fluidpd: {msg}", file=sys.stderr, flush=True)
 
 
-def serving_max_model_len(engine, runtime: RuntimeConfig, requested: int | None) -> tuple[int, str]:
+def serving_max_model_len(engine, requested: int | None) -> tuple[int, str]:
     """The longest request (prompt + output) every worker can serve, and why.
 
-    As vLLM does, the default is capped by what one worker's KV holds: for a disaggregated policy,
-    what a prefill worker's share of its arena holds. An explicit `requested` may use a worker's
-    whole KV (a prefill worker then keeps room for one such prompt); more is an error."""
+    As vLLM does: the model's context (an explicit `requested` instead), if one worker's KV holds a
+    request that long, else an error for `requested` and the cap for the default. A prefill worker
+    keeps room for one such prompt when FluidRole re-slices its arena (`prefill_kv_floor`)."""
     bs, blocks = engine.config.block_size, engine.blocks.num_blocks
     whole = blocks * bs
     if requested is not None:
@@ -33,20 +33,10 @@ def serving_max_model_len(engine, runtime: RuntimeConfig, requested: int | None)
                 f"--max-model-len"
             )
         return requested, "as requested"
-    kv = whole
     where = f"one worker's KV ({blocks} blocks x {bs} tokens)"
-    if runtime.workers > 1 and runtime.policy not in ("colocated", "chunked"):
-        kv = int(blocks * runtime.prefill_kv_fraction) * bs
-        where = (
-            f"a prefill worker's KV ({int(blocks * runtime.prefill_kv_fraction)} of {blocks} blocks x {bs} "
-            f"tokens; --prefill-kv-fraction {runtime.prefill_kv_fraction:g})"
-        )
-    if engine.max_model_len <= kv:
-        return engine.max_model_len, f"the model's context ({where} holds {kv} tokens)"
-    return kv, (
-        f"capped by {where}; the model's context is {engine.max_model_len}; "
-        f"--max-model-len up to {whole}, or more --num-kv-blocks, for longer"
-    )
+    if engine.max_model_len <= whole:
+        return engine.max_model_len, f"the model's context ({where} holds {whole} tokens)"
+    return whole, (f"capped by {where}; the model's context is {engine.max_model_len}; more --num-kv-blocks for longer")
 
 
 def build_coordinator(
@@ -135,7 +125,7 @@ def _probe(config, runtime: RuntimeConfig, log, profile: EngineProfile | None) -
     if tokenizer is None:
         raise ValueError(f"serving needs a tokenizer: {config.model} has none (pass --tokenizer)")
     probe = LLMEngine(config, model=model, tokenizer=tokenizer)
-    max_len, why = serving_max_model_len(probe, runtime, config.max_model_len)
+    max_len, why = serving_max_model_len(probe, config.max_model_len)
     log(
         f"loaded {config.model} in {time.perf_counter() - t0:.1f} s ({model.quantization} weights, "
         f"{model.attention} decode attention); max_model_len {max_len}: {why}"
