@@ -32,13 +32,14 @@ class PolicyConfig:
         "dynamo-kv, llm-d, cache-affinity, or (fluidpd) kv-affinity; empty: the policy's own",
     )
     tick_s: float = 0.010  # control-plane cycle (FluidPD's 10 ms)
+    max_prefill_chunk: int = 0  # a whole-prompt step prefills at most this many tokens of one prompt (0: all)
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "chunk_budget"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if self.prefill_workers < 0 or self.prefill_batch_tokens < 0:
-            raise ValueError("prefill_workers and prefill_batch_tokens must be >= 0")
+        if self.prefill_workers < 0 or self.prefill_batch_tokens < 0 or self.max_prefill_chunk < 0:
+            raise ValueError("prefill_workers, prefill_batch_tokens and max_prefill_chunk must be >= 0")
         if self.tick_s <= 0:
             raise ValueError("tick_s must be > 0")
 

@@ -13,4 +13,4 @@ class Colocated(Policy):
 
     def plan_step(self, worker, view):
         c = self.config
-        return stepplan.prefill_first(worker, c.max_num_batched_tokens, c.max_num_seqs)
+        return stepplan.prefill_first(worker, c.max_num_batched_tokens, c.max_num_seqs, c.max_prefill_chunk)

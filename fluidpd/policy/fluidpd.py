@@ -98,7 +98,9 @@ class FluidPD(StaticPD):
     def plan_step(self, worker, view):
         if worker.role is Role.DECODE:
             return self.token.plan(worker, self.config.max_num_seqs)
-        return stepplan.prefill_only(worker, self.config.prefill_batch_tokens, self.config.max_num_seqs)
+        return stepplan.prefill_only(
+            worker, self.config.prefill_batch_tokens, self.config.max_num_seqs, self.config.max_prefill_chunk
+        )
 
     def handoff(self, req, worker, view):
         if worker.role is Role.DECODE:

@@ -29,7 +29,7 @@ class PrefillOnly(Policy):
 
     def plan_step(self, worker, view):
         c = self.config
-        return stepplan.prefill_only(worker, c.prefill_batch_tokens, c.max_num_seqs)
+        return stepplan.prefill_only(worker, c.prefill_batch_tokens, c.max_num_seqs, c.max_prefill_chunk)
 
 
 class DecodeOnly(Policy):

@@ -43,7 +43,7 @@ class StaticPD(Policy):
     def plan_step(self, worker, view):
         if worker.role is Role.PREFILL:
             c = self.config
-            return stepplan.prefill_only(worker, c.prefill_batch_tokens, c.max_num_seqs)
+            return stepplan.prefill_only(worker, c.prefill_batch_tokens, c.max_num_seqs, c.max_prefill_chunk)
         return stepplan.decode_only(worker)
 
     def handoff(self, req, worker, view):

@@ -38,13 +38,16 @@ class Admission:
         return True
 
 
-def whole_prompts(w: WorkerView, max_tokens: int, max_num_seqs: int) -> list:
-    """FCFS whole prompts up to `max_tokens` (DistServe's L_m batching; a longer prompt runs alone)."""
+def whole_prompts(w: WorkerView, max_tokens: int, max_num_seqs: int, max_chunk: int = 0) -> list:
+    """FCFS whole prompts up to `max_tokens` (DistServe's L_m batching; a longer prompt runs alone,
+    and with `max_chunk` one longer than that takes a step per `max_chunk` tokens)."""
     room = Admission.of(w, max_num_seqs)
     chunks: list[tuple[Request | PrefillPiece, int]] = []
     tokens = 0
     for req in w.queue:
         need = req.prefill_remaining
+        if max_chunk and need > max_chunk:
+            need = max_chunk
         if chunks and tokens + need > max_tokens:
             break
         if not room.admit(req.prefilled, req.prefill_target, w.block_size):
@@ -71,9 +74,9 @@ def chunks_within(w: WorkerView, budget: int, max_num_seqs: int) -> list:
     return chunks
 
 
-def prefill_first(w: WorkerView, max_tokens: int, max_num_seqs: int) -> StepPlan:
+def prefill_first(w: WorkerView, max_tokens: int, max_num_seqs: int, max_chunk: int = 0) -> StepPlan:
     """vLLM-style colocated step: waiting prompts first (alone), otherwise every decode."""
-    chunks = whole_prompts(w, max_tokens, max_num_seqs)
+    chunks = whole_prompts(w, max_tokens, max_num_seqs, max_chunk)
     if chunks:
         return StepPlan(chunks)
     return StepPlan([], w.num_decoding > 0)
@@ -85,9 +88,9 @@ def decodes_then_chunks(w: WorkerView, budget: int, max_num_seqs: int) -> StepPl
     return StepPlan(chunks, w.num_decoding > 0)
 
 
-def prefill_only(w: WorkerView, max_tokens: int, max_num_seqs: int) -> StepPlan:
+def prefill_only(w: WorkerView, max_tokens: int, max_num_seqs: int, max_chunk: int = 0) -> StepPlan:
     """A prefill instance's step: an L_m-token batch of whole prompts."""
-    return StepPlan(whole_prompts(w, max_tokens, max_num_seqs))
+    return StepPlan(whole_prompts(w, max_tokens, max_num_seqs, max_chunk))
 
 
 def decode_only(w: WorkerView) -> StepPlan:

@@ -59,6 +59,7 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         self.pings: dict[int, tuple] = {}  # worker -> (when its heartbeat in flight was sent, its future)
         self.step_started: dict[int, float] = {}
         self.running_kinds: dict[int, str] = {}  # worker -> the kind of its step in flight
+        self.step_prefills: dict[int, list[int]] = {}  # worker -> the requests its step in flight prefills
         self.step_log = step_log
         self._step_ended: dict[int, float] = {}  # worker -> when its last step's result was handled
         self.remaps: dict[int, float] = {}  # worker -> when its resize_kv was sent
@@ -138,6 +139,7 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         decodes = [self.live[r.id].engine_id for r in w.decoding.values()] if plan.decode else []
         self.step_started[w.id] = self.now
         self.running_kinds[w.id] = plan.kind
+        self.step_prefills[w.id] = [r.id for r, _ in plan.chunks]
         busy = (len(self.running_kinds), sum(k != "decode" for k in self.running_kinds.values()))
         fut = backend.submit("run_step", EnginePlan(prefills=prefills, decodes=decodes))
         fut.add_done_callback(lambda f: self.loop.soon(self._stepped, w, plan, f, shape, busy))
@@ -166,6 +168,7 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         if self.workers[w.id] is not w or not self.running:  # lost meanwhile (its requests restarted), or stopped
             return
         self.running_kinds.pop(w.id, None)
+        self.step_prefills.pop(w.id, None)
         try:
             result = fut.result()
         except WorkerError as exc:  # the worker is gone: its requests start over elsewhere

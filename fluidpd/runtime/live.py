@@ -24,6 +24,7 @@ class Live:
     finish_reason: str | None = None
     error: str | None = None  # why its engine refused it
     planned_cached: int = -1  # the cache hit its admission planned on its engine (-1: not admitted yet)
+    step_timeouts: int = 0  # steps prefilling it that ran over the step timeout (their workers were lost)
 
 
 def extend_hashes(live: Live, block_size: int) -> None:

@@ -5,7 +5,8 @@ a worker answers beside a step in progress, or a step or a remap unanswered past
 lost: its requests start over on the others from their prompt plus the tokens already streamed
 (`World.lose_worker`), so each stream goes on with no token lost or repeated; a replacement engine
 starts in the background and joins in the role the policy wants; until then the cluster serves
-smaller.
+smaller. A request whose prefill was in MAX_STEP_TIMEOUTS steps that ran over the step timeout fails
+visibly instead of starting over: one request must not take worker after worker down.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fluidpd.world.events import EventKind
 log = logging.getLogger("fluidpd.runtime")
 WATCH_S = 0.25  # how often process exits and heartbeats are checked
 REPLACE_ATTEMPTS = 3
+MAX_STEP_TIMEOUTS = 2  # a request prefilled in this many steps that ran over the timeout fails
 
 
 class WorkerRecovery:
@@ -41,6 +43,9 @@ class WorkerRecovery:
             elif sent is not None and now - sent > self.heartbeat_timeout_s:
                 self.worker_down(wid, f"no heartbeat for {self.heartbeat_timeout_s:g} s", kill=True)
             elif self.workers[wid].busy and started is not None and now - started > self.step_timeout_s:
+                for rid in self.step_prefills.get(wid, ()):
+                    if (live := self.live.get(rid)) is not None:
+                        live.step_timeouts += 1
                 self.worker_down(wid, f"a step ran over {self.step_timeout_s:g} s", kill=True)
             elif wid in self.remaps and now - self.remaps[wid] > self.step_timeout_s:
                 self.worker_down(wid, f"a remap ran over {self.step_timeout_s:g} s", kill=True)
@@ -60,6 +65,7 @@ class WorkerRecovery:
         self.pings.pop(wid, None)
         self.step_started.pop(wid, None)
         self.running_kinds.pop(wid, None)
+        self.step_prefills.pop(wid, None)
         self.remaps.pop(wid, None)
         self.losses.append({"worker": wid, "at_s": self.now, "reason": why, "restarted": len(restarted)})
         log.error("worker %d lost (%s); %d requests start over on the others", wid, why, len(restarted))
@@ -70,6 +76,12 @@ class WorkerRecovery:
         live = self.live.get(req.id)
         if live is not None:
             live.engine_worker = -1  # its engine (and KV) are gone: the next admission recomputes
+            if live.step_timeouts >= MAX_STEP_TIMEOUTS:
+                log.error(
+                    "request %s failed: its prefill ran over the step timeout %d times", req.id, live.step_timeouts
+                )
+                self.fail(req, f"its prefill ran over the step timeout on {live.step_timeouts} workers")
+                return
         super().restart(req)
 
     def _replace(self, wid: int) -> None:

@@ -31,6 +31,22 @@ def test_whole_prompts_fill_l_m_and_long_prompts_run_alone():
     assert [(r.id, c) for r, c in stepplan.whole_prompts(w, 700, 256)] == [(3, 5000)]
 
 
+def test_with_max_chunk_a_long_prompt_runs_alone_a_chunk_a_step():
+    w = worker()
+    for r in (req(0, 300), req(1, 5000), req(2, 300)):
+        w.enqueue(r)
+    assert [(r.id, c) for r, c in stepplan.whole_prompts(w, 700, 256, max_chunk=2048)] == [(0, 300)]
+    w.queue.popleft()
+    long = w.queue[0]
+    steps = []
+    while long.prefilled < long.prefill_target:
+        (r, c), *rest = stepplan.whole_prompts(w, 700, 256, max_chunk=2048)
+        assert r is long and not rest  # alone, whatever L_m leaves
+        long.prefilled += c
+        steps.append(c)
+    assert steps == [2048, 2048, 904]
+
+
 def test_admission_stops_at_the_first_prompt_whose_blocks_do_not_fit():
     w = worker(blocks=40)  # 640 tokens
     for r in (req(0, 320), req(1, 400), req(2, 16)):
