@@ -53,8 +53,9 @@ async def run(args) -> dict:
             end, nxt = time.perf_counter() - t0 + args.phase_s, time.perf_counter() - t0
             while (now := time.perf_counter() - t0) < end:
                 if now >= nxt:
-                    predicted[f"r{i}"] = coord.predicted_ttft(args.prompt_tokens)
-                    task = asyncio.create_task(timed(coord, f"r{i}", prompt(args.prompt_tokens, seed=i), MAX_TOKENS))
+                    ids = prompt(args.prompt_tokens, seed=i)
+                    predicted[f"r{i}"] = coord.ttft_estimate(ids).total_s
+                    task = asyncio.create_task(timed(coord, f"r{i}", ids, MAX_TOKENS))
                     await asyncio.sleep(0)  # let it submit: Overloaded surfaces from the task
                     phases[name]["tasks"].append(task)
                     i += 1

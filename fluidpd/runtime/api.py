@@ -47,6 +47,14 @@ class Overloaded(RuntimeError):
         self.retry_after_s = retry_after_s
 
 
+class LimitExceeded(ValueError):
+    """A request over a hard per-request limit the operator set (HTTP 400 with `code`)."""
+
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
+
+
 class Unavailable(RuntimeError):
     """The runtime cannot serve at all now (every worker lost): HTTP 503."""
 
@@ -68,9 +76,9 @@ class ServingRuntime(Protocol):
     async def stop(self) -> None: ...
 
     def submit(self, request: GenerationRequest) -> RequestStream:
-        """Accept a request (ValueError for one that can never run, e.g. too long; Overloaded for
-        one refused for now, e.g. its predicted TTFT is too far over the SLO; Unavailable when
-        nothing can serve)."""
+        """Accept a request (ValueError for one that can never run, e.g. too long, LimitExceeded
+        for one over an operator's limit; Overloaded for one refused for now: the queue in front of
+        it would make it miss the SLO; Unavailable when nothing can serve)."""
 
     def cluster_state(self) -> dict:
         """JSON-able: workers (id, role, routable, queue, decoding, kv use), PPI, DPI, state,

@@ -30,9 +30,21 @@ class RuntimeConfig:
     prefill_kv_fraction: float = knob(0.5, "share of a prefill worker's arena kept for KV (the rest is scratch)")
     heartbeat_timeout_s: float = knob(1.0, "a worker that answers no heartbeat for this long is lost")
     step_timeout_s: float = knob(60.0, "a worker whose step runs longer than this is lost")
+    prefill_chunk_tokens: int = knob(
+        512,
+        "a step prefills at most this many tokens (a longer prompt takes a step per chunk, as vLLM's chunked "
+        "prefill), so a long prompt's steps stay far inside --step-timeout-s (on a GPU, raise it: 2048-8192)",
+    )
     replace_workers: bool = knob(True, "start a replacement for a lost worker")
     admit_ttft_factor: float = knob(
-        0.8, "refuse (429) a request whose predicted TTFT is over this many TTFT SLOs (0: admit all)"
+        0.8,
+        "refuse (429) a request when the queue in front of it would push its predicted TTFT over this many "
+        "TTFT SLOs (never for its own length: an idle server admits every request; 0: admit all)",
+    )
+    admit_max_prefill_s: float = knob(
+        0.0,
+        "a hard limit: refuse (400, prefill_limit_exceeded) a request whose own prefill is predicted over "
+        "this many seconds, whatever the load (0: none; such a request is served best effort)",
     )
     step_log: str = knob("", "write one JSON line per engine step to this file (shape, engine and wall time)")
     max_waiting: int = knob(512, "refuse (429) new requests while this many wait for their first token")
@@ -49,8 +61,10 @@ class RuntimeConfig:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0: cores // workers), got {self.threads}")
-        if self.admit_ttft_factor < 0 or self.max_waiting < 1:
-            raise ValueError("admit_ttft_factor must be >= 0 and max_waiting >= 1")
+        if self.admit_ttft_factor < 0 or self.admit_max_prefill_s < 0 or self.max_waiting < 1:
+            raise ValueError("admit_ttft_factor and admit_max_prefill_s must be >= 0, and max_waiting >= 1")
+        if self.prefill_chunk_tokens < 1:
+            raise ValueError(f"prefill_chunk_tokens must be >= 1, got {self.prefill_chunk_tokens}")
         if self.heartbeat_timeout_s <= 0 or self.step_timeout_s <= 0:
             raise ValueError("heartbeat_timeout_s and step_timeout_s must be > 0")
         if not 0 < self.prefill_kv_fraction <= 1:

@@ -15,12 +15,13 @@ from fluidpd.core.blockhash import block_hashes
 from fluidpd.core.memory import rss_bytes
 from fluidpd.core.metrics import MetricsCollector, hit_rate
 from fluidpd.core.request import Request
-from fluidpd.policy.costs import CostModel, batched_prefill_time
+from fluidpd.policy.costs import CostModel
 from fluidpd.policy.fluidpd import FluidPD
 from fluidpd.policy.fluidrole import SwitchConflict
 from fluidpd.policy.registry import POLICIES, make_policy
-from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index, prompt_pool
+from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index
 from fluidpd.policy.view import Role, blocks_for
+from fluidpd.runtime.admission import TtftEstimate, admit, estimate_ttft
 from fluidpd.runtime.api import Conflict, GenerationRequest, Overloaded, Unavailable
 from fluidpd.runtime.clock import RealtimeLoop
 from fluidpd.runtime.cluster import RuntimeCluster
@@ -82,7 +83,8 @@ class Coordinator:
         pcfg = replace(
             c.scheduling,
             prefill_batch_tokens=c.scheduling.prefill_batch_tokens or p.prefill_batch_tokens,
-            max_num_batched_tokens=min(c.scheduling.max_num_batched_tokens, self.max_model_len),
+            max_num_batched_tokens=min(c.scheduling.max_num_batched_tokens, self.max_model_len, c.prefill_chunk_tokens),
+            max_prefill_chunk=c.prefill_chunk_tokens,
         )
         # the real engine has no context-parallel attention: long prompts are not spread
         fluid = replace(c.fluid, token=replace(c.fluid.token, max_split=1))
@@ -149,34 +151,30 @@ class Coordinator:
             raise ValueError(
                 f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds max_model_len {self.max_model_len}"
             )
-        self._admit(cl, n)
-        req = Request(next(self._ids), cl.now, n, params.max_tokens)
-        if self.prefix_caching:
-            req.block_hashes = block_hashes(ids, self.block_size)
+        req = self._request(cl, ids, params.max_tokens)
+        self._admit(cl, req)
         stream = Stream(request.request_id, _abort=lambda s, rid=req.id: cl.abort(rid))
         cl.add(Live(req, list(ids), params, stream))
         return stream
 
-    def predicted_ttft(self, prompt_tokens: int) -> float:
-        """When a new prompt of `prompt_tokens` would see its first token: the prefill steps the
-        prompts queued on the least loaded worker that would prefill it (and the parked ones) make
-        with it, batched as that worker batches them, at the measured prefill speed."""
+    def ttft_estimate(self, prompt_ids: list[int]) -> TtftEstimate:
+        """A new prompt's predicted TTFT now, split into its own prefill and the queue in front of it
+        (`fluidpd.runtime.admission`), at the measured prefill speed and the policy's online scale."""
         cl = self._cluster()
-        pool = [w for w in prompt_pool(cl) if w.routable]
-        if not pool:
-            return float("inf")
-        pol = cl.policy
-        scale = getattr(pol, "prefill_scale", 1.0)
-        parked = [r.prefill_remaining for r in cl.parked]
+        return self._estimate(cl, self._request(cl, prompt_ids, 1, rid=-1))
 
-        def wait(w) -> float:
-            lengths = [r.prefill_remaining for r in w.queue] + parked + [prompt_tokens]
-            return batched_prefill_time(lengths, self.profile.prefill_time, *pol.prefill_batching(w.role))
+    def _estimate(self, cl: RuntimeCluster, req: Request) -> TtftEstimate:
+        return estimate_ttft(cl, req, self.profile.prefill_time, getattr(cl.policy, "prefill_scale", 1.0))
 
-        return scale * min(wait(w) for w in pool)
+    def _request(self, cl: RuntimeCluster, ids: list[int], max_tokens: int, rid: int | None = None) -> Request:
+        req = Request(next(self._ids) if rid is None else rid, cl.now, len(ids), max_tokens)
+        if self.prefix_caching:
+            req.block_hashes = block_hashes(ids, self.block_size)
+        return req
 
-    def _admit(self, cl: RuntimeCluster, prompt_tokens: int) -> None:
-        """Overloaded (HTTP 429) when too many requests wait or the predicted TTFT is too far out."""
+    def _admit(self, cl: RuntimeCluster, req: Request) -> None:
+        """Overloaded (HTTP 429) when too many requests wait, or the queue in front of `req` would
+        make it miss; LimitExceeded (400) over the operator's hard limit."""
         c = self.config
         # (a decoding request's `generated` is synced lazily, but is >= 1 from its first token on)
         waiting = sum(1 for live in cl.live.values() if live.request.generated == 0)
@@ -184,15 +182,8 @@ class Coordinator:
             raise Overloaded(
                 f"{waiting} requests are waiting for their first token (--max-waiting {c.max_waiting})", 1.0
             )
-        if c.admit_ttft_factor > 0:
-            ttft = self.predicted_ttft(prompt_tokens)
-            limit = c.admit_ttft_factor * c.ttft_slo_s
-            if ttft > limit:
-                raise Overloaded(
-                    f"the predicted time to first token is {ttft:.1f} s, over {c.admit_ttft_factor:g} x the "
-                    f"{c.ttft_slo_s:g} s TTFT SLO",
-                    min(60.0, ttft - limit) if ttft != float("inf") else 5.0,
-                )
+        if c.admit_ttft_factor > 0 or c.admit_max_prefill_s > 0:
+            admit(self._estimate(cl, req), c.ttft_slo_s, c.admit_ttft_factor, c.admit_max_prefill_s)
 
     def _cluster(self) -> RuntimeCluster:
         if self.cluster is None:

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from fluidpd.runtime.api import GenerationRequest, Overloaded, TokenEvent, Unavailable
+from fluidpd.runtime.api import GenerationRequest, LimitExceeded, Overloaded, TokenEvent, Unavailable
 from fluidpd.server.errors import APIError, bad_request, error_body
 from fluidpd.server.metrics import RequestTimer
 from fluidpd.server.output import ChoiceOutput
@@ -33,6 +33,8 @@ async def generate(state: ServerState, chat: bool, body, raw: Request, ids: list
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     try:
         stream = state.runtime.submit(GenerationRequest(rid, ids, params, meta={"chat": chat}))
+    except LimitExceeded as exc:
+        raise APIError(400, str(exc), param="messages" if chat else "prompt", code=exc.code) from None
     except ValueError as exc:
         raise bad_request(str(exc), "messages" if chat else "prompt") from None
     except Unavailable as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 import torch
@@ -15,6 +16,8 @@ from fluidpd.runtime.api import GenerationRequest
 from fluidpd.runtime.build import build_coordinator, serving_max_model_len
 from fluidpd.runtime.config import RuntimeConfig
 from fluidpd.runtime.profile import profile_engine
+from fluidpd.runtime.steplog import StepRecord
+from fluidpd.runtime.worker_main import EngineService
 
 torch.set_num_threads(1)
 BLOCKS = 64  # 1,024 tokens of KV per worker
@@ -31,17 +34,23 @@ def probe():
 @pytest.mark.slow
 def test_max_model_len_is_capped_by_what_one_worker_holds(probe):
     engine, _ = probe
-    one = RuntimeConfig(workers=1)
-    three = RuntimeConfig(workers=3, policy="fluidpd")
-    assert serving_max_model_len(engine, one, None)[0] == BLOCKS * 16  # the whole arena, not 8192
-    n, why = serving_max_model_len(engine, three, None)
-    assert n == BLOCKS // 2 * 16 and "prefill worker" in why  # half the arena is scratch there
-    assert serving_max_model_len(engine, three, BLOCKS * 16)[0] == BLOCKS * 16  # an override up to the whole KV
+    n, why = serving_max_model_len(engine, None)
+    assert n == BLOCKS * 16 and "capped" in why  # the whole arena (a prefill worker keeps room), not 8192
+    assert serving_max_model_len(engine, BLOCKS * 16)[0] == BLOCKS * 16  # an override up to the whole KV
     with pytest.raises(ValueError, match="num-kv-blocks"):
-        serving_max_model_len(engine, three, BLOCKS * 16 + 1)
+        serving_max_model_len(engine, BLOCKS * 16 + 1)
 
 
-def cluster(probe, policy: str, workers: int, max_model_len: int | None = None):
+def test_by_default_a_worker_serves_the_models_whole_context(probe):
+    engine, _ = probe
+    default = LLMEngine(EngineConfig(), model=engine.model, tokenizer=engine.tokenizer)
+    context = engine.model.max_positions
+    assert context == 8192 and default.blocks.num_blocks * 16 == context  # KV for one max-length request
+    n, why = serving_max_model_len(default, None)
+    assert n == context and why.startswith("the model's context")
+
+
+def cluster(probe, policy: str, workers: int, max_model_len: int | None = None, **runtime_kw):
     _, profile = probe
     config = EngineConfig(num_kv_blocks=BLOCKS, max_model_len=max_model_len)
     runtime = RuntimeConfig(
@@ -52,6 +61,7 @@ def cluster(probe, policy: str, workers: int, max_model_len: int | None = None):
         tbt_slo_s=5,
         admit_ttft_factor=0,  # admission control is not the subject: a slow host must not 429
         scheduling=PolicyConfig(prefill_workers=1),
+        **runtime_kw,
     )
     return build_coordinator(config, runtime, log=lambda m: None, profile=profile)
 
@@ -152,3 +162,70 @@ def test_a_failed_step_reaches_its_streams_without_internal_text(probe, caplog):
     assert reason == "error" and not toks and error == "the engine failed the step (see the server log)"
     assert "4242" in caplog.text  # the detail is logged server-side
     assert again[1] == "length" and len(again[0]) == 6
+
+
+CHUNK = 128
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["fluidpd", "colocated"])
+def test_a_prompt_longer_than_a_chunk_is_prefilled_a_chunk_a_step(probe, policy, tmp_path):
+    """No step prefills more than --prefill-chunk-tokens: a long prompt takes several steps, and its
+    greedy tokens are the whole prompt's."""
+    engine, _ = probe
+    ids = [100 + (i * 7) % 3000 for i in range(5 * CHUNK + 40)]
+    expected = engine.generate([ids], SamplingParams(max_tokens=6, ignore_eos=True))[0].token_ids
+    log = tmp_path / "steps.jsonl"
+    coord = cluster(probe, policy, 3 if policy == "fluidpd" else 1, prefill_chunk_tokens=CHUNK, step_log=str(log))
+
+    async def go():
+        await coord.start()
+        try:
+            return await asyncio.wait_for(collect(submit(coord, "long", ids, 6)), 900)
+        finally:
+            await coord.stop()
+
+    toks, reason, _ = asyncio.run(go())
+    assert toks == expected and reason == "length"
+    steps = [StepRecord.from_json(line) for line in log.read_text().splitlines()]
+    prefills = [r.shape.prefill_tokens for r in steps if r.shape.prefill_tokens]
+    assert max(prefills) <= CHUNK and sum(prefills) >= len(ids) - CHUNK  # (a cached prefix may skip a block)
+    assert len(prefills) >= len(ids) // CHUNK
+
+
+@pytest.mark.slow
+def test_a_prompt_whose_prefill_hangs_every_worker_fails_alone_after_two_timeouts(probe, monkeypatch):
+    """A request whose prefill step runs over --step-timeout-s on one worker, then on its next, fails
+    visibly instead of taking worker after worker down; the cluster serves the next request."""
+    poison_len = 77
+    gate = threading.Event()
+    run_step = EngineService.run_step
+
+    def hangs_on_poison(self, plan):
+        if any(self.engine.seqs[c.request_id].prompt_len == poison_len for c in plan.prefills):
+            gate.wait()  # as an engine stuck in a step: until the test ends
+        return run_step(self, plan)
+
+    monkeypatch.setattr(EngineService, "run_step", hangs_on_poison)
+    others = set(threading.enumerate())  # (a server another test started keeps its worker threads)
+    coord = cluster(probe, "fluidpd", 3, step_timeout_s=10.0)
+
+    async def go():
+        await coord.start()
+        try:
+            poisoned = await asyncio.wait_for(
+                collect(submit(coord, "poison", list(range(500, 500 + poison_len)), 4)), 900
+            )
+            after = await asyncio.wait_for(collect(submit(coord, "after", list(range(600, 640)), 4)), 900)
+            return poisoned, after, coord.healthy, coord.cluster_state()
+        finally:
+            gate.set()
+            await coord.stop()
+            for t in set(threading.enumerate()) - others:  # the lost workers end their step (no torch at exit)
+                if t.name.startswith(("fluidpd-worker-", "fluidpd-close-")):
+                    await asyncio.to_thread(t.join)
+
+    poisoned, after, healthy, state = asyncio.run(go())
+    assert poisoned[1] == "error" and "step timeout on 2 workers" in poisoned[2] and not poisoned[0]
+    assert (len(after[0]), after[1]) == (4, "length") and healthy
+    assert [loss["reason"] for loss in state["losses"]] == ["a step ran over 10 s"] * 2
