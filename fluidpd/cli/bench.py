@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from fluidpd.bench.loadgen.run import BenchConfig, run_bench
     from fluidpd.bench.loadgen.target import check_loopback
     from fluidpd.bench.report import print_table, write_json
+    from fluidpd.cli.bench_sessions import RETRIED
     from fluidpd.cli.bench_talk import talk
     from fluidpd.core.metrics import Slo
     from fluidpd.workload.registry import load_trace
@@ -104,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     if row["failed"]:
         first = next(iter(row["errors"].items()))
         notes.append(f"{row['failed']} requests failed (counted as misses); most common: {first[1]} x {first[0]}")
+    if row["retried"]:
+        notes.append(f"{row['retried']} requests were sent again after a 429 ({RETRIED})")
     notes.append(f"wall {row['wall_s']:.1f}s, max send lag {row['max_send_lag_s'] * 1e3:.0f}ms")
     for n in notes:
         print(n, file=sys.stderr)

@@ -37,6 +37,8 @@ def run_sessions_cli(args: argparse.Namespace) -> int:
     print_hits(report.turns, row)
     for note in report.notes:
         print(note, file=sys.stderr)
+    if row["retried"]:
+        print(f"{row['retried']} turns were sent again after a 429 ({RETRIED})", file=sys.stderr)
     if row["failed"]:
         first = next(iter(row["errors"].items()), ("?", 0))
         print(f"{row['failed']} turns failed (misses); most common: {first[1]} x {first[0]}", file=sys.stderr)
@@ -46,6 +48,9 @@ def run_sessions_cli(args: argparse.Namespace) -> int:
         png = turns_plot({row["policy"]: report.turns}, args.out.with_suffix(".png"), title)
         print(f"wrote {args.out} and {png}", file=sys.stderr)
     return 0
+
+
+RETRIED = "--retries: their TTFT counts from the first send"
 
 
 def print_hits(turns: list[dict], row: dict) -> None:

@@ -17,6 +17,7 @@ async def send_chat(
     *,
     temperature: float = 0.0,
     ignore_eos: bool = True,
+    retries: int = 0,
 ) -> str:
     """Stream one chat completion of `messages`; fills `res` (times relative to t0), returns the answer."""
     body = {
@@ -31,5 +32,5 @@ async def send_chat(
     if ignore_eos:
         body["ignore_eos"] = True
     text: list[str] = []
-    await stream_into(client, f"{base}/v1/chat/completions", body, t0, res, "cancelled", text)
+    await stream_into(client, f"{base}/v1/chat/completions", body, t0, res, "cancelled", text, retries)
     return "".join(text)

@@ -36,7 +36,14 @@ async def tokenize(client, base: str, model: str, text: str) -> tuple[list[int],
 
 
 async def send_one(
-    client, base: str, model: str, req: BenchRequest, t0: float, res: BenchResult, temperature: float = 0.0
+    client,
+    base: str,
+    model: str,
+    req: BenchRequest,
+    t0: float,
+    res: BenchResult,
+    temperature: float = 0.0,
+    retries: int = 0,
 ) -> None:
     """Stream one completion; fills `res` (times relative to t0)."""
     body = {
@@ -49,27 +56,47 @@ async def send_one(
         "stream_options": {"include_usage": True},
         "return_token_ids": True,
     }
-    await stream_into(client, f"{base}/v1/completions", body, t0, res, "not finished before the drain timeout")
+    url = f"{base}/v1/completions"
+    await stream_into(client, url, body, t0, res, "not finished before the drain timeout", retries=retries)
+
+
+MAX_RETRY_WAIT_S = 60.0  # as OpenAI's clients: a longer Retry-After is not waited for
 
 
 async def stream_into(
-    client, url: str, body: dict, t0: float, res: BenchResult, cancelled: str, text: list[str] | None = None
+    client,
+    url: str,
+    body: dict,
+    t0: float,
+    res: BenchResult,
+    cancelled: str,
+    text: list[str] | None = None,
+    retries: int = 0,
 ) -> None:
     """POST one streamed request; its chunks fill `res` (times relative to t0; the text into `text`).
-    Every failure is recorded in `res`, a cancellation as `cancelled`."""
+    A 429 is sent again after its Retry-After, up to `retries` times (as OpenAI's clients do): `res`
+    keeps the first send's time, so the wait counts in its TTFT. Every failure is recorded in `res`,
+    a cancellation as `cancelled`."""
     res.send_s = time.perf_counter() - t0
     try:
-        async with client.stream("POST", url, json=body) as resp:
-            if resp.status_code != 200:
-                err = (await resp.aread()).decode(errors="replace")
-                res.error = f"HTTP {resp.status_code}: {_message(err)}"
-                return
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]" or not _record(data, time.perf_counter() - t0, res, text):
+        while True:
+            async with client.stream("POST", url, json=body) as resp:
+                if resp.status_code != 200:
+                    err = (await resp.aread()).decode(errors="replace")
+                    wait = _retry_after(resp) if resp.status_code == 429 and res.retries < retries else None
+                    if wait is None:
+                        res.error = f"HTTP {resp.status_code}: {_message(err)}"
+                        return
+                else:
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == "[DONE]" or not _record(data, time.perf_counter() - t0, res, text):
+                            break
                     break
+            res.retries += 1
+            await asyncio.sleep(wait)
     except asyncio.CancelledError:
         res.error = res.error or cancelled
         raise
@@ -77,6 +104,15 @@ async def stream_into(
         res.error = f"{type(exc).__name__}: {exc}"
     if res.error is None and res.finish_reason is None:
         res.error = "stream ended without a finish_reason"
+
+
+def _retry_after(resp) -> float | None:
+    """Seconds a 429 asks to wait (1 when it does not say), None when that is too long to wait."""
+    try:
+        wait = float(resp.headers.get("Retry-After", "1"))
+    except ValueError:
+        wait = 1.0
+    return wait if 0 <= wait <= MAX_RETRY_WAIT_S else None
 
 
 def http_client():

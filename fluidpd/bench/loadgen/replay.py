@@ -19,6 +19,7 @@ async def replay(
     drain_timeout_s: float = 300.0,
     progress: bool = True,
     temperature: float = 0.0,
+    retries: int = 0,
 ) -> tuple[list[BenchResult], float]:
     """Send every request at its arrival offset (open loop); results and the run's wall time."""
     from tqdm import tqdm
@@ -40,7 +41,7 @@ async def replay(
         if delay > 0:
             await asyncio.sleep(delay)
         try:
-            await send_one(client, base, model, req, t0, res, temperature)
+            await send_one(client, base, model, req, t0, res, temperature, retries)
         finally:
             bar.update(1)
             bar.set_postfix_str(f"failed={sum(1 for r in results if r.error)}", refresh=False)

@@ -34,6 +34,7 @@ class BenchResult:
     usage_prompt_tokens: int | None = None  # the server's usage.prompt_tokens, when it reports usage
     cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens (absent: 0)
     output_ids: list[int] = field(default_factory=list)  # the tokens' ids, where the chunks carry them
+    retries: int = 0  # times it was sent again after a 429
 
     @property
     def ok(self) -> bool:

@@ -37,6 +37,11 @@ class BenchConfig:
         flag="--drain-timeout",
     )
     progress: bool = knob(True, "show a progress bar")
+    retries: int = knob(
+        2,
+        "send a request refused with 429 again after its Retry-After, up to this many times, as OpenAI's clients "
+        "do (its TTFT counts from the first send; 0: a 429 is a failure)",
+    )
     temperature: float = 0.0
     tokenizer: str | None = knob(
         None, "local tokenizer source ('smollm2', a .gguf, a dir) if the server has no /tokenize"
@@ -45,6 +50,8 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if not self.drain_timeout_s > 0:
             raise ValueError(f"drain_timeout_s must be > 0, got {self.drain_timeout_s}")
+        if self.retries < 0:
+            raise ValueError(f"retries must be >= 0, got {self.retries}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
 
@@ -66,6 +73,7 @@ async def run_bench(cfg: BenchConfig) -> tuple[dict, list[BenchResult]]:
             drain_timeout_s=cfg.drain_timeout_s,
             progress=cfg.progress,
             temperature=cfg.temperature,
+            retries=cfg.retries,
         )
     row = summarize(results, cfg.slo, info.get("policy") or "server")
     sent = [r.send_s for r in results if not math.isnan(r.send_s)]
@@ -81,6 +89,7 @@ async def run_bench(cfg: BenchConfig) -> tuple[dict, list[BenchResult]]:
             "offered_rate_rps": len(sent) / cfg.trace.duration_s if cfg.trace.duration_s > 0 else float(len(sent)),
             "max_send_lag_s": float(np.max(lag)) if lag else 0.0,
             "errors": error_counts(results),
+            "retried": sum(1 for r in results if r.retries),
         }
     )
     return row, results

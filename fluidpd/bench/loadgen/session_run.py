@@ -115,6 +115,7 @@ async def run_sessions(cfg: BenchConfig, replay: SessionReplayConfig) -> Session
                         res,
                         temperature=cfg.temperature,
                         ignore_eos=replay.ignore_eos,
+                        retries=cfg.retries,
                     ),
                     cfg.drain_timeout_s,
                 )
@@ -136,6 +137,7 @@ async def run_sessions(cfg: BenchConfig, replay: SessionReplayConfig) -> Session
             "shared_blocks": plan.shared_blocks,
             "tokens_per_word": tpw,
             "errors": error_counts([r.result for r in results]),
+            "retried": sum(1 for r in results if r.result.retries),
         }
     )
     notes = [*plan.notes, f"text sized at {tpw:.3f} tokens per word ({how})"]
