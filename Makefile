@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
-.PHONY: run test test-fast test-busy lint venv clean
+.PHONY: run test test-fast test-busy lint venv clean claims
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,6 +35,10 @@ test-fast: lint
 # the whole suite while two CPU-bound loops load the cores: no test may depend on the host's speed
 test-busy: $(STAMP)
 	scripts/test-busy.sh $(MAKE) test
+
+# rerun the README's claims that take minutes; each README figure beside today's (hours: CLAIMS="runtime_table1 ..." picks)
+claims: $(STAMP)
+	$(BIN)/python benchmarks/readme_claims.py $(if $(CLAIMS),--only $(CLAIMS))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

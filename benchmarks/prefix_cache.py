@@ -8,7 +8,9 @@ loop: every turn carries the conversation so far and the model's actual greedy a
 time after the previous answer). Reported per configuration: turn-2+ TTFT p50/p95 (the turns that can
 reuse their session's history), the hit rate the server reports (cached_tokens / prompt_tokens over
 turns 2+), output tokens/s, and whether the transcripts (every answer, each feeding the next turn) are
-equal with the cache on and off. JSON, a per-turn PNG and the table go to --out. Target: turn-2+ p50
+equal with the cache on and off, and this host's speeds (the servers' startup profiles: the load
+is a closed loop, each turn sent after the last answer, so it follows the host and is not scaled
+to it). JSON, a per-turn PNG and the table go to --out. Target: turn-2+ p50
 TTFT at least 3x lower with the cache, one worker.
 
     .venv/bin/python benchmarks/prefix_cache.py [--rounds 1] [--workers 1 4] [--quick]
@@ -29,11 +31,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from runtime_azure_code import stop_server, wait_healthy
 
+from fluidpd.bench.capacity import HostSpeed, server_profile
 from fluidpd.bench.loadgen.run import BenchConfig
 from fluidpd.bench.loadgen.session_run import SessionReplayConfig, run_sessions
 from fluidpd.bench.loadgen.turn_plot import turns_plot
@@ -79,12 +83,13 @@ def run_one(workers: int, cache: bool, args, flag_ok: bool) -> dict:
         proc = subprocess.Popen(serve_cmd(workers, cache, port, args, flag_ok), stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_healthy(url, proc)
+            profile = server_profile(url)
             trace = trace_of(args)
             cfg = BenchConfig(url=url, trace=trace, slo=Slo(args.ttft_slo, args.tbt_slo), seed=args.seed)
             report = asyncio.run(run_sessions(cfg, SessionReplayConfig(n_sessions=args.sessions)))
         finally:
             stop_server(proc)
-    return {"workers": workers, "cache": cache, "report": report}
+    return {"workers": workers, "cache": cache, "report": report, "profile": profile}
 
 
 def trace_of(args, groups: int = 1):
@@ -193,7 +198,16 @@ def report(runs: dict[tuple[int, bool], list[dict]], args, slo: Slo, flag_ok: bo
             f"{s['config']:26} {s['turn2_ttft_p50_s']:16.3f}s {s['turn2_ttft_p95_s']:7.3f}s "
             f"{s['turn2_hit_rate']:9.1%} {s['output_tok_s']:10.1f}  {eq_text}"
         )
-    meta = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "cache_flag": flag_ok}
+    profiles = [run["profile"] for rs in runs.values() for run in rs]
+    host = HostSpeed.median_of(profiles, max(args.workers), slo)
+    print(f"host (the servers' startup profiles, median of {len(profiles)}): {host.describe()}")
+    meta = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "cache_flag": flag_ok,
+        "host": host.as_json(),
+        "server_profiles": profiles,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     (args.out / "prefix_cache.json").write_text(json.dumps({**meta, "configs": rows}, indent=2, default=float) + "\n")
     turns_plot(series, args.out / "prefix_cache.png", "prefix caching: TTFT and hit rate by turn")
     w1 = min(w for w, _ in runs)
@@ -202,7 +216,8 @@ def report(runs: dict[tuple[int, bool], list[dict]], args, slo: Slo, flag_ok: bo
     print(f"wrote {args.out}/prefix_cache.json and prefix_cache.png", file=sys.stderr)
     print(
         f"turn-2+ p50 TTFT, {w1} worker{'s' if w1 > 1 else ''}: cache off {off['turn2_ttft_p50_s']:.3f} s, "
-        f"on {on['turn2_ttft_p50_s']:.3f} s ({ratio:.2f}x)"
+        f"on {on['turn2_ttft_p50_s']:.3f} s ({ratio:.2f}x; closed loop, host prefill {host.prefill_tok_s:.0f} tok/s, "
+        f"decode step {host.decode_step_s * 1e3:.0f} ms)"
     )
 
 

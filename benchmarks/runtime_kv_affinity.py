@@ -4,7 +4,8 @@ TTFT with KV affinity) against static-pd under the baseline routers, on multi-tu
 Each system (named `<policy>+<router>`) gets a fresh 4-worker server (1 prefill + 3 decode to start)
 and replays the same generated sessions with `fluidpd bench --sessions chat`'s closed-loop replay
 (benchmarks/prefix_cache.py's helpers: every turn carries the conversation so far and the model's
-greedy answers). Rounds rotate the systems' order so the host's noise hits them alike. Reported per
+greedy answers; closed loop, so the load follows the host: its speeds, from the servers' startup
+profiles, are printed and recorded). Rounds rotate the systems' order so the host's noise hits them alike. Reported per
 system: turn-2+ TTFT p50/p95 (the turns that can reuse their session's history), the hit rate the
 server reports over those turns, KV bytes moved between workers per request (hand-offs and
 migrations: `fluidpd:kv_transfer_bytes_total` over the requests served, with the moves that fell
@@ -28,6 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 
@@ -35,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from prefix_cache import BLOCK, add_session_args, equality, free_port, summarize, trace_of
 from runtime_azure_code import stop_server, wait_healthy
 
+from fluidpd.bench.capacity import HostSpeed
 from fluidpd.bench.loadgen.run import BenchConfig
 from fluidpd.bench.loadgen.session_run import SessionReplayConfig, run_sessions
 from fluidpd.bench.loadgen.turn_plot import turns_plot
@@ -84,10 +87,16 @@ def run_one(system: tuple[str, str], args) -> dict:
             cfg = BenchConfig(url=url, trace=trace_of(args, args.groups), slo=slo, seed=args.seed)
             report = asyncio.run(run_sessions(cfg, SessionReplayConfig(n_sessions=args.sessions)))
             kv_bytes = scraped(get(url + "/metrics"), KV_BYTES)
-            moves = json.loads(get(url + "/v1/admin/cluster")).get("kv_moves", {})
+            state = json.loads(get(url + "/v1/admin/cluster"))
         finally:
             stop_server(proc)
-    return {"system": name(system), "report": report, "kv_bytes": kv_bytes, "kv_moves": moves}
+    return {
+        "system": name(system),
+        "report": report,
+        "kv_bytes": kv_bytes,
+        "kv_moves": state.get("kv_moves", {}),
+        "profile": state.get("profile"),
+    }
 
 
 def row(runs: list[dict], slo: Slo) -> dict:
@@ -144,8 +153,16 @@ def report(by_system: list[list[dict]], args) -> None:
             f"{s['kv_bytes_per_request'] / 1e6:10.2f} {s['kv_move_fallbacks']:9d}  "
             f"{eq['sessions_equal']}/{eq['sessions']} sessions"
         )
+    profiles = [run["profile"] for rs in by_system for run in rs]
+    host = HostSpeed.median_of(profiles, args.workers, slo)
+    print(f"host (the servers' startup profiles, median of {len(profiles)}): {host.describe()}")
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
+    meta = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "host": host.as_json(),
+        "server_profiles": profiles,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     (args.out / "runtime_kv_affinity.json").write_text(json.dumps({**meta, "systems": rows}, indent=2) + "\n")
     series = {s["system"]: s["by_turn"] for s in rows}
     turns_plot(series, args.out / "runtime_kv_affinity.png", f"KV affinity, {args.workers} workers: TTFT and hit rate")
@@ -158,7 +175,7 @@ def report(by_system: list[list[dict]], args) -> None:
         f"{best['turn2_ttft_p50_s']:.3f} s ({best['turn2_ttft_p50_s'] / ours['turn2_ttft_p50_s']:.2f}x); "
         f"hit rate {ours['turn2_hit_rate']:.1%} vs {best['turn2_hit_rate']:.1%}; KV moved per request "
         f"{ours['kv_bytes_per_request'] / 1e6:.2f} vs {best['kv_bytes_per_request'] / 1e6:.2f} MB ({kv:.2f}x); "
-        f"transcripts {'equal' if equal else 'DIFFER'}"
+        f"transcripts {'equal' if equal else 'DIFFER'} (closed loop; host prefill {host.prefill_tok_s:.0f} tok/s)"
     )
 
 

@@ -42,22 +42,18 @@ from pathlib import Path
 import numpy as np
 from runtime_azure_code import stop_server, wait_healthy
 
+from fluidpd.bench.capacity import PREFILL_KV_FRACTION, host_setup
 from fluidpd.bench.loadgen.aggregate import collect
 from fluidpd.bench.loadgen.requests import BenchResult
 from fluidpd.bench.loadgen.run import BenchConfig, run_bench
 from fluidpd.bench.plots import cdf_plot, sorted_cdf
 from fluidpd.bench.step_check import speed_level, step_check
 from fluidpd.core.metrics import Slo
-from fluidpd.policy.base import PolicyConfig
 from fluidpd.runtime.steplog import read_step_log
-from fluidpd.sim.config import SimConfig
 from fluidpd.sim.run import Setup, simulate
-from fluidpd.specs.hardware import get_hardware
-from fluidpd.specs.models import get_model
 from fluidpd.workload.registry import load_trace
 from fluidpd.workload.trace import Trace
 
-PREFILL_KV_FRACTION = 0.5  # RuntimeConfig's default, given to both sides
 # a steady and a bursty trace, each ~1.2 requests/s on average (the bursty one to ~2.5/s for 10 s),
 # which keeps 4 workers on 2 cores busy with prompts clipped to 512 tokens
 TRACES = ("azure_conv:0.4@0", "azure_code:0.1@9100")
@@ -75,7 +71,7 @@ def serve_cmd(policy: str, port: int, args, step_log: Path) -> list[str]:
         "--prefill-workers", str(args.prefill_workers), "--policy", policy, "--ttft-slo", str(args.ttft_slo),
         "--tbt-slo", str(args.tbt_slo), "--admit-ttft-factor", "0", "--port", str(port),
         "--max-model-len", str(args.max_model_len), "--prefill-kv-fraction", str(PREFILL_KV_FRACTION),
-        "--step-log", str(step_log),
+        "--step-log", str(step_log), "--quantization", getattr(args, "quantization", "auto"),
     ]  # fmt: skip
 
 
@@ -124,6 +120,7 @@ def real_run(trace: Trace, calibration: Trace, name: str, policy: str, port: int
                 "calibration_steps": calibration_steps,
                 "transitions": [{"at_s": t["began_s"] - t0, "to": t["to"], "total_s": t["total_s"]} for t in moves],
                 "prefill_workers": sum(w["role"] == "prefill" for w in before["workers"]),
+                "profile": before.get("profile"),  # what the server measured of this host at startup
             }
         finally:
             stop_server(proc)
@@ -143,21 +140,8 @@ def sent_trace(results, name: str) -> Trace:
 
 def setup_of(args, scales: dict | None = None, prefill_workers: int | None = None) -> Setup:
     """The simulator's setup of a run: its workers, SLOs, KV share, starting split, step scales."""
-    scales = scales or {"decode": 1.0, "prefill": 1.0}
-    sim = SimConfig(
-        n_workers=args.workers,
-        prefill_kv_fraction=PREFILL_KV_FRACTION,
-        step_scale_decode=scales["decode"],
-        step_scale_prefill=scales["prefill"],
-    )
     split = args.prefill_workers if prefill_workers is None else prefill_workers
-    return Setup(
-        get_model("smollm2-135m", "fp32"),
-        get_hardware("cpu-host"),
-        Slo(args.ttft_slo, args.tbt_slo),
-        sim=sim,
-        policy=PolicyConfig(prefill_workers=split),
-    )
+    return host_setup(args.workers, Slo(args.ttft_slo, args.tbt_slo), scales, split, PREFILL_KV_FRACTION)
 
 
 def sim_run(trace: Trace, policy: str, setup: Setup):

@@ -88,6 +88,15 @@ def build_coordinator(
     )
 
 
+def measure_host(config, runtime: RuntimeConfig) -> EngineProfile:
+    """What `fluidpd serve` with these configs measures of this host at startup (its engine profile),
+    without starting workers."""
+    probe = _probe(config, runtime, lambda m: None, None)
+    probe.model = None
+    _release_heap()
+    return probe.profile
+
+
 def _release_heap() -> None:
     """Hand the heap the probe engine freed (its weights, arena and profile runs) back to the OS."""
     import gc

@@ -216,6 +216,7 @@ class Coordinator:
             "workers_down": sorted(cl.down),
             "losses": cl.losses[-20:],
             "slo": {"ttft_s": self.config.ttft_slo_s, "tbt_s": self.config.tbt_slo_s},
+            "profile": self.profile.summary(self.config.worker_threads),  # measured at startup
             "workers": [_worker_json(w, cl.backends[w.id]) for w in cl.workers],
             "kv_moves": {  # hand-offs and migrations: what they sent
                 "tokens": cl.kv_tokens_moved,

@@ -19,6 +19,16 @@ class EngineProfile:
     chunk_time: Polynomial
     prefill_batch_tokens: int  # L_m
 
+    def summary(self, threads: int) -> dict:
+        """What `/v1/admin/cluster` and the benchmarks report of it: a 512-token prefill, a one-request
+        decode step, L_m, at `threads` torch threads a worker."""
+        return {
+            "prefill_512_s": self.prefill_time(512),
+            "decode_step_s": self.decode_step_s,
+            "prefill_batch_tokens": self.prefill_batch_tokens,
+            "threads": threads,
+        }
+
 
 def _median(xs: list[float]) -> float:
     xs = sorted(xs)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -106,6 +106,15 @@ class Trace:
         elif start_s:
             raise ValueError("a window start needs a duration")
         return t.head(max_requests) if max_requests is not None and len(t) > max_requests else t
+
+    def clipped(self, context: int) -> tuple[Trace, int]:
+        """(the trace with every prompt + output cut to `context` tokens, how many requests that
+        touched), as a client clips to a server's max_model_len: the output keeps at least one token
+        and at most `context` - 1, the prompt its leading tokens (and so its block ids' prefix)."""
+        output = np.minimum(np.maximum(self.output_len, 1), context - 1)
+        prompt = np.maximum(np.minimum(self.prompt_len, context - output), 1)
+        touched = int(((prompt != self.prompt_len) | (output != self.output_len)).sum())
+        return replace(self, prompt_len=prompt, output_len=output), touched
 
     def head(self, n: int) -> Trace:
         """The first `n` requests."""

@@ -9,9 +9,9 @@ import pytest
 
 from fluidpd.bench.experiments import EXPERIMENTS
 from fluidpd.bench.experiments.kv.goals import check_goals
-from fluidpd.bench.experiments.kv.saturation import Probe, search
-from fluidpd.bench.experiments.kv.setting import SHARES, clip, followups, oracle_new_tokens
+from fluidpd.bench.experiments.kv.setting import SHARES, followups, oracle_new_tokens
 from fluidpd.bench.experiments.kv.systems import SYSTEMS, systems_for
+from fluidpd.bench.saturation import Probe, search
 from fluidpd.workload import load_trace
 from fluidpd.workload.blockmap import oracle_hits
 from fluidpd.workload.trace import Trace
@@ -65,7 +65,7 @@ def test_followups_of_sessions_are_the_turns_after_the_first():
 
 def test_clip_cuts_prompt_plus_output_to_the_context_and_counts_the_requests_touched():
     t = Trace("c", [0.0, 1.0, 2.0], [100, 8190, 9000], [10, 10, 20000])
-    out, touched = clip(t, 8192)
+    out, touched = t.clipped(8192)
     assert touched == 2
     assert (out.prompt_len + out.output_len <= 8192).all()
     assert out.prompt_len.tolist() == [100, 8182, 1]

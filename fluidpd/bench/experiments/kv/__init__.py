@@ -47,9 +47,9 @@ from pathlib import Path
 from fluidpd.bench.experiments.kv.figures import write_figures
 from fluidpd.bench.experiments.kv.report import print_results, print_setting
 from fluidpd.bench.experiments.kv.run import run_kv, setting
-from fluidpd.bench.experiments.kv.saturation import FULL_PROBES, QUICK_PROBES
 from fluidpd.bench.experiments.kv.setting import WORKLOADS
 from fluidpd.bench.experiments.output import make_console, write_json
+from fluidpd.bench.saturation import FULL_PROBES, QUICK_PROBES
 from fluidpd.core.argtypes import names_of, positive
 
 HELP = "KV reuse: hit rate, turn-2+ TTFT, KV moved and load balance of every router on session workloads"

@@ -14,7 +14,6 @@ from tqdm import tqdm
 
 from fluidpd.bench.experiments.kv.goals import check_goals
 from fluidpd.bench.experiments.kv.rows import kv_row
-from fluidpd.bench.experiments.kv.saturation import FULL_PROBES, QUICK_PROBES, Probe, search
 from fluidpd.bench.experiments.kv.setting import (
     DTYPE,
     GPU,
@@ -32,6 +31,7 @@ from fluidpd.bench.experiments.kv.setting import (
     ttft_justification,
 )
 from fluidpd.bench.experiments.kv.systems import BASELINES, System, systems_for, tune, tuning_runs
+from fluidpd.bench.saturation import FULL_PROBES, QUICK_PROBES, Probe, search
 from fluidpd.bench.simrun import run_instrumented
 from fluidpd.workload.trace import Trace
 

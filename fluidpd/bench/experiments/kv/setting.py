@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +23,6 @@ JITTER_CV = 0.05
 SLO = Slo(ttft_s=3.0, tbt_s=0.040)
 COLD_PROMPT = 100_000  # a Claude Code context, prefilled cold for the TTFT SLO's justification
 SHARES = (0.5, 0.8, 0.95)  # evaluated loads, as shares of the best baseline's saturation load
-TARGET = 0.9  # saturation: the highest load the best baseline keeps >= 90% joint attainment at
 
 
 def setup(prefill_workers: int = 2, seed: int = 0, **policy) -> Setup:
@@ -40,15 +38,6 @@ def setup(prefill_workers: int = 2, seed: int = 0, **policy) -> Setup:
 
 def context_len() -> int:
     return get_model(MODEL, DTYPE).max_context
-
-
-def clip(trace: Trace, context: int) -> tuple[Trace, int]:
-    """(the trace with every prompt + output cut to `context` tokens, how many requests that touched).
-    The prompt keeps its leading tokens (and so its block ids' prefix); the output keeps at least one."""
-    output = np.minimum(trace.output_len, context - 1)
-    prompt = np.minimum(trace.prompt_len, context - output)
-    touched = int(((prompt != trace.prompt_len) | (output != trace.output_len)).sum())
-    return dataclasses.replace(trace, prompt_len=prompt, output_len=output), touched
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +64,8 @@ class KvWorkload:
         """(history, evaluated, requests the context clip touched in either) at `load`: two
         consecutive `window_s` windows from `offset_s`."""
         raw = self.raw(load, self.offset_s + 2 * window_s, seed)
-        history, a = clip(raw.window(self.offset_s, window_s), context_len())
-        trace, b = clip(raw.window(self.offset_s + window_s, window_s), context_len())
+        history, a = raw.window(self.offset_s, window_s).clipped(context_len())
+        trace, b = raw.window(self.offset_s + window_s, window_s).clipped(context_len())
         return history, trace, a + b
 
 
