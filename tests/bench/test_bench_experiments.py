@@ -47,6 +47,9 @@ def check_table1_output(out, scales: dict):
     if "phase_shift" in scales:
         assert (out / "fluidpd_phase_shift_timeline.png").stat().st_size > 5000
     assert (out / "headline.png").stat().st_size > 5000
+    assert (out / "envelope.png").stat().st_size > 5000
+    assert len(res["envelope"]) == sum(len(v) for v in scales.values())  # a point per workload and scale
+    assert all(p["best_joint_system"] not in ("fluidpd", "fluidtoken", "static-pd best") for p in res["envelope"])
     return res
 
 

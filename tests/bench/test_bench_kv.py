@@ -133,6 +133,10 @@ def test_kv_command_writes_a_row_for_every_system_and_load(tmp_path):
             assert all(r["transitions"] == 0 for r in static.values())
         assert (tmp_path / f"hit_rate_{name}.png").stat().st_size > 5000
         assert (tmp_path / f"ttft_turn2_{name}.png").stat().st_size > 5000
+    assert (tmp_path / "envelope.png").stat().st_size > 5000
+    assert len(res["envelope"]) == sum(len(loads) for loads in res["kv"].values())
+    assert all(not p["best_strict_system"].startswith("fluidpd") for p in res["envelope"])
+    assert "envelope: fluidpd within 0.5 pp" in proc.stdout
     assert set(res["goals"]["met"]) >= {"a_hit_rate", "b_turn2_ttft", "c_dominates", "d_kv_moved", "e_hot_prefix"}
     assert res["setting"]["model"] == "llama-3.1-8b" and len(SYSTEMS) == 12
     assert "Goals (issue 26)" in proc.stdout

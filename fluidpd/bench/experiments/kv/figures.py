@@ -1,4 +1,4 @@
-"""The KV-reuse table's PNGs: token hit rate and turn-2+ TTFT p50 against load, one pair per workload."""
+"""The KV-reuse table's PNGs: the envelope, and token hit rate and turn-2+ TTFT p50 against load per workload."""
 
 from __future__ import annotations
 
@@ -10,11 +10,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from fluidpd.bench.experiments.envelope import EnvelopePoint, envelope_plot
+
 
 def write_figures(results: dict, directory: Path) -> list[Path]:
-    """hit_rate_<workload>.png and ttft_turn2_<workload>.png in `directory`."""
+    """envelope.png, hit_rate_<workload>.png and ttft_turn2_<workload>.png in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    paths = []
+    points = [EnvelopePoint.from_json(p) for p in results["envelope"]]
+    title = (
+        "fluidpd+kv-affinity against the best other row at every workload and load\n"
+        "(load: share of the best baseline's saturation load on history)"
+    )
+    paths = [envelope_plot(points, directory / "envelope.png", title)]
     for name, loads in results["kv"].items():
         entry = results["workloads"][name]
         shares = sorted(loads, key=float)

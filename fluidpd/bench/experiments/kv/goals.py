@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from fluidpd.bench.experiments.envelope import EnvelopePoint, envelope_points
 from fluidpd.bench.experiments.kv.setting import SLO
 
 FLUID, ABLATION = "fluidpd+kv-affinity", "fluidpd+shortest-queue"
@@ -123,3 +124,15 @@ def _hot(rows: list[dict]) -> dict:
         "hit_lost": lost,
         "met": bool(f["max_mean_load"] <= HOT_LOAD and lost <= HOT_HIT_LOSS),
     }
+
+
+def envelope(results: dict) -> list[EnvelopePoint]:
+    """fluidpd+kv-affinity at every workload and load against the best other row there (every row
+    but fluidpd's own ablation)."""
+    points = {
+        f"{w} {float(x):.0%}": {r["system"]: r for r in rows}
+        for w, loads in results["kv"].items()
+        for x, rows in loads.items()
+    }
+    others = sorted({s for rows in points.values() for s in rows if not s.startswith("fluidpd")})
+    return envelope_points(points, FLUID, others)

@@ -8,6 +8,7 @@ import math
 from rich.console import Console
 from rich.table import Table
 
+from fluidpd.bench.experiments.envelope import EnvelopePoint, describe
 from fluidpd.bench.experiments.output import ms, pct
 
 COLUMNS = (
@@ -48,6 +49,7 @@ def print_results(console: Console, results: dict) -> None:
         for share, rows in results["kv"][name].items():
             print_load(console, name, entry, share, rows)
     print_goals(console, results["goals"])
+    console.print(describe([EnvelopePoint.from_json(p) for p in results["envelope"]]))
 
 
 def print_legend(console: Console, results: dict) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from fluidpd.bench.experiments.kv.goals import check_goals
+from fluidpd.bench.experiments.kv.goals import check_goals, envelope
 from fluidpd.bench.experiments.kv.rows import kv_row
 from fluidpd.bench.experiments.kv.setting import (
     DTYPE,
@@ -185,6 +185,7 @@ def run_kv(
             pool.shutdown(cancel_futures=True)
         bar.close()
     results["goals"] = check_goals(results)
+    results["envelope"] = [p.as_json() for p in envelope(results)]
     results["wall_s"] = time.perf_counter() - t0
     return results
 

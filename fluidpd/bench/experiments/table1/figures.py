@@ -1,10 +1,11 @@
-"""Table 1's PNGs: the headline bars, attainment against rate per workload, fluidpd's timelines."""
+"""Table 1's PNGs: the headline bars, the envelope, attainment against rate per workload, fluidpd's timelines."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from fluidpd.bench.experiments.common import DTYPE, GPU, MODEL, N_WORKERS, SLO
+from fluidpd.bench.experiments.envelope import EnvelopePoint, envelope_plot
 from fluidpd.bench.experiments.plots import attainment_vs_rate, fluid_timeline
 from fluidpd.bench.experiments.table1.run import SYSTEMS
 from fluidpd.bench.plots import bars_plot
@@ -13,10 +14,13 @@ SETTING = f"{N_WORKERS} x {GPU} {MODEL} {DTYPE}, SLO TTFT {SLO.ttft_s:g} s, TBT 
 
 
 def write_figures(results: dict, kept: dict, directory: Path) -> list[Path]:
-    """Every Table 1 PNG in `directory`: headline.png, attainment_vs_rate_<workload>.png and
+    """Every Table 1 PNG in `directory`: headline.png, envelope.png, attainment_vs_rate_<workload>.png and
     fluidpd_<workload>_timeline.png."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = [headline_bars(results, directory / "headline.png")]
+    points = [EnvelopePoint.from_json(p) for p in results["envelope"]]
+    title = f"fluidpd against the best other system at every workload and rate (no oracle)\n{SETTING}"
+    paths.append(envelope_plot(points, directory / "envelope.png", title))
     for name, entry in results["workloads"].items():
         paths.append(_attainment_curves(name, entry, directory / f"attainment_vs_rate_{name}.png"))
     for name, entry in results["workloads"].items():

@@ -18,6 +18,7 @@ from fluidpd.bench.experiments.common import (
     setup,
     split_label,
 )
+from fluidpd.bench.experiments.envelope import EnvelopePoint, envelope_points
 from fluidpd.bench.simrun import run_instrumented
 from fluidpd.sim.goodput import goodput_rate_scale
 
@@ -128,3 +129,15 @@ def _dominates(rows: list[dict]) -> dict:
         if r["system"] != "fluidpd" and r[metric] > f[metric] + DOMINANCE_SLACK
     ]
     return {"met": not worse, "misses": worse}
+
+
+def envelope(results: dict, systems: tuple[str, ...]) -> list[EnvelopePoint]:
+    """fluidpd at every workload and rate scale against the best other system there: every system but
+    its own ablation (fluidtoken) and the oracle (static-pd best)."""
+    others = [s for s in systems if s not in ("fluidpd", "fluidtoken", "static-pd best")]
+    points = {
+        f"{name} x{x:g}": entry["runs"][f"{x:g}"]["systems"]
+        for name, entry in results["workloads"].items()
+        for x in entry["scales"]
+    }
+    return envelope_points(points, "fluidpd", others)

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fluidpd.bench.experiments.common import DTYPE, GPU, JITTER_CV, MODEL, N_WORKERS, SLO, ttft_justification
+from fluidpd.bench.experiments.envelope import EnvelopePoint, describe
 from fluidpd.bench.experiments.output import ms, pct
 from fluidpd.bench.experiments.table1.run import SYSTEMS
 
@@ -44,6 +45,7 @@ def print_results(console: Console, results: dict) -> None:
             print_phases(console, entry)
     print_goodput(console, results.get("goodput"))
     print_goals(console, results["goals"])
+    console.print(describe([EnvelopePoint.from_json(p) for p in results["envelope"]]))
 
 
 def print_headline(console: Console, name: str, entry: dict, rows: list[dict]) -> None:

@@ -31,7 +31,7 @@ from fluidpd.bench.experiments.common import (
     ttft_justification,
     tune_on_history,
 )
-from fluidpd.bench.experiments.table1.goals import check_goals, goodput_search
+from fluidpd.bench.experiments.table1.goals import check_goals, envelope, goodput_search
 from fluidpd.bench.simrun import run_system
 from fluidpd.sim.config import SimConfig
 from fluidpd.sim.run import Setup
@@ -101,6 +101,7 @@ def run_table1(
         else None
     )
     results["goals"] = check_goals(results)
+    results["envelope"] = [p.as_json() for p in envelope(results, SYSTEMS)]
     results["wall_s"] = time.perf_counter() - t_start
     return results, state.kept
 
