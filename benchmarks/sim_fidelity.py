@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 from runtime_azure_code import stop_server, wait_healthy
 
-from fluidpd.bench.capacity import PREFILL_KV_FRACTION, host_setup
+from fluidpd.bench.capacity import PREFILL_KV_FRACTION, Window, host_setup
 from fluidpd.bench.loadgen.aggregate import collect
 from fluidpd.bench.loadgen.requests import BenchResult
 from fluidpd.bench.loadgen.run import BenchConfig, run_bench
@@ -51,18 +51,11 @@ from fluidpd.bench.step_check import speed_level, step_check
 from fluidpd.core.metrics import Slo
 from fluidpd.runtime.steplog import read_step_log
 from fluidpd.sim.run import Setup, simulate
-from fluidpd.workload.registry import load_trace
 from fluidpd.workload.trace import Trace
 
 # a steady and a bursty trace, each ~1.2 requests/s on average (the bursty one to ~2.5/s for 10 s),
 # which keeps 4 workers on 2 cores busy with prompts clipped to 512 tokens
 TRACES = ("azure_conv:0.4@0", "azure_code:0.1@9100")
-
-
-def parse_trace(spec: str) -> tuple[str, float, float]:
-    name, _, rest = spec.partition(":")
-    rate, _, start = (rest or "1").partition("@")
-    return name, float(rate), float(start or 0)
 
 
 def serve_cmd(policy: str, port: int, args, step_log: Path) -> list[str]:
@@ -169,12 +162,6 @@ def stats(mc, requests: int) -> dict:
     }
 
 
-def calibration_window(name: str, rate: float, start: float, args) -> Trace:
-    """The trace served to calibrate before the evaluated window: `--calibrate-s` of it right after
-    that window, at the same rate."""
-    return load_trace(name).shaped(rate, args.calibrate_s, args.max_requests, start + args.duration)
-
-
 def calibrated(case: dict, args) -> tuple[dict, list]:
     """The step scales that fit a run's calibration-window steps, and the run's evaluated steps."""
     n = case["calibration_steps"]
@@ -187,9 +174,10 @@ def measure_cases(args):
     (and saves it in --out: client results, step log, calibration, transitions)."""
     port = 8150
     for spec in args.traces:
-        name, rate, start = parse_trace(spec)
-        trace = load_trace(name).shaped(rate, args.duration, args.max_requests, start)
-        calibration = calibration_window(name, rate, start, args)
+        window, rate = Window.parse(spec, args.duration)
+        name, trace = window.name, window.at(rate, args.max_requests)
+        # served first to calibrate: `--calibrate-s` of the trace right after the window, same rate
+        calibration = window.after(args.calibrate_s * rate).at(rate, args.max_requests)
         for policy in args.policies:
             port += 1
             print(
@@ -211,7 +199,7 @@ def load_cases(args, out: Path) -> list[dict]:
     """The runs `measure_cases` saved in `out`, for re-simulating them after a model change."""
     cases = []
     for spec in args.traces:
-        name = parse_trace(spec)[0]
+        name = Window.parse(spec, args.duration)[0].name
         for policy in args.policies:
             saved = json.loads((out / f"real_{name}_{policy}.json").read_text())
             saved["results"] = [BenchResult(**r) for r in saved["results"]]
@@ -225,7 +213,7 @@ def evaluate(case: dict, args, baseline: dict | None = None) -> dict:
     shipped, and at the evaluated run's own speed level (an oracle); the per-step check of the
     evaluated steps; the real stats of `baseline` (the same case run before); CDF overlays (PNG)."""
     spec, policy, results = case["trace"], case["policy"], case["results"]
-    name = parse_trace(spec)[0]
+    name = Window.parse(spec, args.duration)[0].name
     slo = Slo(args.ttft_slo, args.tbt_slo)
     split = case["prefill_workers"]
     scales, steps_log = calibrated(case, args)
