@@ -8,6 +8,8 @@ from fluidpd.core.knobs import knob
 from fluidpd.policy.fluidrole import FluidRoleConfig
 from fluidpd.policy.fluidtoken import FluidTokenConfig
 
+FCFS, LATE_LAST = "fcfs", "late-last"
+
 
 @dataclass(slots=True)
 class FluidConfig:
@@ -23,6 +25,11 @@ class FluidConfig:
     tau_residence_s: float = knob(5.0, "seconds a worker keeps a role before it may switch again")
     drain_timeout_s: float = knob(30.0, "a FluidRole drain longer than this rolls back (0: never)")
     decode_kv_share: float = knob(0.8, "a decode worker may leave only if the rest hold decode's KV within this share")
+    horizon_s: float = knob(30.0, "a decode -> prefill switch needs a prefill deficit predicted this far ahead")
+    switch_cost_s: float = knob(2.0, "a decode -> prefill switch must gain more prefill work-s over the horizon")
+    queue_order: str = knob(
+        LATE_LAST, "prefill queues: fcfs, or late-last (requests past SLO_TTFT wait behind the rest)"
+    )
     ppi_cap: float = 10.0  # the PPI scan stops here: past it every decision is the same
     history_s: float = 0.1  # PPI/DPI samples kept for timelines
     token: FluidTokenConfig = field(default_factory=FluidTokenConfig)
@@ -33,7 +40,9 @@ class FluidConfig:
             raise ValueError("alpha must be in [0, 1]")
         if self.tau_persist_s < 0 or self.tau_residence_s < 0 or self.drain_timeout_s < 0:
             raise ValueError("tau_persist_s, tau_residence_s and drain_timeout_s must be >= 0")
+        if self.queue_order not in (FCFS, LATE_LAST):
+            raise ValueError(f"queue_order must be {FCFS} or {LATE_LAST}, not {self.queue_order!r}")
         if not 0 < self.decode_kv_share <= 1:
             raise ValueError("decode_kv_share must be in (0, 1]")
-        if self.ppi_cap <= 0 or self.history_s <= 0:
-            raise ValueError("ppi_cap and history_s must be > 0")
+        if self.ppi_cap <= 0 or self.history_s <= 0 or self.horizon_s <= 0 or self.switch_cost_s < 0:
+            raise ValueError("ppi_cap, history_s and horizon_s must be > 0, switch_cost_s >= 0")

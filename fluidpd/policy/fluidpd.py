@@ -2,7 +2,7 @@
 
   Balanced:                PPI <= 1 and DPI <= 1                  -> nothing
   Transient prefill spike: PPI > 1 and DPI < theta_D_low          -> FluidToken borrowing
-  Sustained prefill deficit: PPI > theta_P_high for tau_persist and DPI < theta_D_idle
+  Sustained prefill deficit: PPI_H > theta_P_high for tau_persist and DPI < theta_D_idle
                                                                   -> FluidRole decode j* -> prefill
   Sustained decode deficit:  DPI > theta_D_high for tau_persist and PPI < theta_P_idle,
                            or the decode pool short of KV for tau_persist: hand-offs wait for
@@ -20,8 +20,14 @@ All-decode state: the last prefill worker may switch too when the decode pool is
 worker is chunked prefill with a per-step TBT bound); prompts then go to the decode worker with the
 least queued prefill work, and PPI is computed over the decode workers' queues, so a backlog brings
 a prefill worker back by the ordinary prefill-deficit rule.
-No thrashing: one transition at a time, a worker keeps a role for tau_residence, and at least one
-decode worker (and, unless the decode pool is short of KV, one prefill worker) always remains.
+A decode -> prefill switch is a prediction, not a reading (`fluidpd.policy.shape`): PPI_H is where
+the prefill backlog will be after `horizon_s` at the work routed per second over the last horizon,
+against this shape's prefill capacity, FluidToken's borrowing on the decode workers included; and j*
+is only a decode worker that would add more prefill work over the horizon than `switch_cost_s`
+(one that already prefills nearly a prefill worker's worth by borrowing gains nothing by switching).
+No thrashing: one transition at a time, a worker keeps a role for tau_residence, a decode -> prefill
+switch does not undo an automatic prefill -> decode one within a horizon, and at least one decode
+worker (and, unless the decode pool is short of KV, one prefill worker) always remains.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ from collections import Counter
 from fluidpd.policy import fluidrole, routing, stepplan
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.costs import CostModel
-from fluidpd.policy.fluidconfig import FluidConfig
+from fluidpd.policy.fluidconfig import LATE_LAST, FluidConfig
 from fluidpd.policy.fluidrole import RoleTransition
 from fluidpd.policy.fluidtoken import FluidToken
 from fluidpd.policy.routers.kv_affinity import KV_AFFINITY, KvAffinity
+from fluidpd.policy.shape import PrefillDemand, PrefillForecast
 from fluidpd.policy.static_pd import StaticPD
-from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index
+from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index, prompt_pool
 from fluidpd.policy.view import ClusterView, Role
 
 BALANCED = "balanced"
@@ -76,6 +83,8 @@ class FluidPD(StaticPD):
         self._since: dict[str, float] = {}
         self.kv_short = False  # the decode pool is short of KV (last control cycle)
         self.prefill_scale = 1.0  # measured / modelled prefill step time (EWMA over prefill steps)
+        self.prefill_forecast: PrefillForecast | None = None  # the last control cycle's, while PPI > theta_P_high
+        self.demand = PrefillDemand(fluid.horizon_s)  # prefill work routed per second (the shape predictor's)
         self.affinity = None
         if self.router_name == KV_AFFINITY:
             self.affinity = KvAffinity(
@@ -90,17 +99,31 @@ class FluidPD(StaticPD):
     # --- data plane ---------------------------------------------------------------------
     def route(self, req, view):
         if self.use_token and not any(w.role is Role.PREFILL and w.routable for w in view.workers):
-            return routing.least_queued_decode(view.workers)
-        if self.affinity is not None:
-            return self.affinity.route(req, view)
-        return self.pick(req, view, Role.PREFILL)
+            wid = routing.least_queued_decode(view.workers)
+        elif self.affinity is not None:
+            wid = self.affinity.route(req, view)
+        else:
+            wid = self.pick(req, view, Role.PREFILL)
+        new = req.prefill_target - view.workers[wid].cached_tokens(req)
+        self.demand.add(view.now, self.prefill_work(new))
+        return wid
 
     def plan_step(self, worker, view):
+        late = self.late(view.now)
         if worker.role is Role.DECODE:
-            return self.token.plan(worker, self.config.max_num_seqs)
-        return stepplan.prefill_only(
-            worker, self.config.prefill_batch_tokens, self.config.max_num_seqs, self.config.max_prefill_chunk
-        )
+            return self.token.plan(worker, self.config.max_num_seqs, late)
+        c = self.config
+        return stepplan.prefill_only(worker, c.prefill_batch_tokens, c.max_num_seqs, c.max_prefill_chunk, late)
+
+    def late(self, now: float):
+        """With `queue_order` late-last, the test of a queued request that can no longer make its TTFT
+        SLO (its age plus its own uncached prefill is past it): such requests wait behind the rest.
+        None: FCFS."""
+        if self.fluid.queue_order != LATE_LAST:
+            return None
+        deadline = now - self.costs.slo.ttft_s
+        work = self.prefill_work
+        return lambda r: r.arrival_s < deadline or r.arrival_s + work(r.prefill_remaining - r.queued_hit) < deadline
 
     def handoff(self, req, worker, view):
         if worker.role is Role.DECODE:
@@ -129,7 +152,9 @@ class FluidPD(StaticPD):
         dpi = decode_pressure_index(view, c.slo.tbt_s, f.alpha, self.token.t_iter)
         self.pressure = Pressure(view.now, ppi, dpi)
         self.kv_short = kv_bound(view, f.token.kv_headroom if ppi > 1.0 else None)
-        self.state = self.classify(view.now, ppi, dpi, self.kv_short)
+        self.prefill_forecast = self.forecast(view) if ppi > f.theta_p_high else None
+        role_ppi = ppi if self.prefill_forecast is None else self.prefill_forecast.ppi
+        self.state = self.classify(view.now, ppi, dpi, self.kv_short, role_ppi)
         if not self.history or view.now - self.history[-1][0] >= f.history_s:
             self.history.append((view.now, ppi, dpi, self.state))
         actions: list = []
@@ -137,17 +162,46 @@ class FluidPD(StaticPD):
             actions += self._drive(self.transition, view)
         elif self.forced:
             actions += self._start(view, *self.forced.pop(0), reason="admin")
-        elif self.use_role and self.state == PREFILL_DEFICIT:
-            actions += self._start(view, fluidrole.choose_decode_to_prefill(view, self._can_move(view)), Role.PREFILL)
+        elif self.use_role and self.state == PREFILL_DEFICIT and not self._reversal(view.now, Role.PREFILL):
+            actions += self._start(
+                view, fluidrole.choose_decode_to_prefill(view, self._worth_prefill(view)), Role.PREFILL
+            )
         elif self.use_role and self.state == DECODE_DEFICIT:
             actions += self._start(view, fluidrole.choose_prefill_to_decode(view, self._can_move(view)), Role.DECODE)
         if self.use_token and ppi > 1.0:
-            actions += self.token.borrow(view)
+            actions += self.token.borrow(view, self.late(view.now))
         return actions
 
-    def classify(self, now: float, ppi: float, dpi: float, kv_bound: bool = False) -> str:
+    def _reversal(self, now: float, role: Role) -> bool:
+        """A switch to `role` would undo the last automatic switch within the forecast horizon it was
+        taken for (the shape is held a horizon before a decode -> prefill switch reverses it)."""
+        last = next((t for t in reversed(self.transitions) if t.reason.startswith("auto")), None)
+        return last is not None and last.src_role is role and now - last.began_s < self.fluid.horizon_s
+
+    def forecast(self, view: ClusterView) -> PrefillForecast | None:
+        """The prefill side of this shape over the next horizon (`fluidpd.policy.shape`); None in the
+        all-decode state (no prefill worker), where the plain PPI brings one back."""
+        prefill = sum(1 for w in view.workers if w.role is Role.PREFILL and w.routable)
+        if not prefill:
+            return None
+        borrowing = {}
+        if self.use_token:
+            batch = self.config.prefill_batch_tokens or self.token.config.max_chunk
+            per_worker = batch / self.prefill_work(batch)
+            for w in view.workers:
+                if w.role is Role.DECODE and w.routable:
+                    borrowing[w.id] = min(1.0, self.token.prefill_rate(w) / per_worker)
+        work = sum(self.prefill_work(r.prefill_remaining - r.queued_hit) for w in prompt_pool(view) for r in w.queue)
         f = self.fluid
-        deficit_p = self._held("p", ppi > f.theta_p_high and dpi < f.theta_d_idle, now)
+        return PrefillForecast(work, self.demand.rate(view.now), prefill, borrowing, self.costs.slo.ttft_s, f.horizon_s)
+
+    def classify(
+        self, now: float, ppi: float, dpi: float, kv_bound: bool = False, role_ppi: float | None = None
+    ) -> str:
+        """The control state; `role_ppi` (default `ppi`) is what a sustained prefill deficit reads."""
+        f = self.fluid
+        role_ppi = ppi if role_ppi is None else role_ppi
+        deficit_p = self._held("p", role_ppi > f.theta_p_high and dpi < f.theta_d_idle, now)
         deficit_d = self._held("d", (dpi > f.theta_d_high and ppi < f.theta_p_idle) or kv_bound, now)
         if deficit_p:
             return PREFILL_DEFICIT
@@ -180,6 +234,12 @@ class FluidPD(StaticPD):
             return w.role is not Role.DECODE or self._decode_floor_holds(floor, w)
 
         return eligible
+
+    def _worth_prefill(self, view: ClusterView):
+        """Eligible, and as a prefill worker it gains more prefill work over the horizon than the
+        switch costs (one that already prefills nearly as much by borrowing is not)."""
+        eligible, fc = self._can_move(view), self.prefill_forecast
+        return lambda w: eligible(w) and (fc is None or fc.gain_s(w.id) > self.fluid.switch_cost_s)
 
     def _decode_floor_holds(self, floor: DecodeFloor, leaving) -> bool:
         """The decode pool without `leaving` still holds the KV decode needs (what is in use and

@@ -26,6 +26,7 @@ their KV is gathered to the worker that decodes the request.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fluidpd.core.piece import PrefillPiece
@@ -33,7 +34,7 @@ from fluidpd.core.polynomial import Polynomial
 from fluidpd.core.request import Request
 from fluidpd.policy.actions import Borrow, BorrowSplit
 from fluidpd.policy.jitter import JitterTracker
-from fluidpd.policy.stepplan import Admission, chunks_within
+from fluidpd.policy.stepplan import Admission, chunks_within, on_time_first
 from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView, blocks_for
 
 EWMA = 0.2
@@ -185,6 +186,14 @@ class FluidToken:
         g, g_b, pair_s = self._chunk_time, self._chunk_time(b), self.attn_pair_s
         return lambda c: g(b + c) - g_b + pair_s * (c * prior) <= budget
 
+    def prefill_rate(self, w: WorkerView) -> float:
+        """Prompt tokens a second `w` prefills by borrowing: a chunk of the size its slack fits in every
+        step (0 without slack or KV room to borrow into)."""
+        c = self.chunk_tokens(w)
+        if not c or self._room(w) <= 0:
+            return 0.0
+        return c / (self.t_iter(w) + self.chunk_cost(w.num_decoding, 0, c, self.cost_scale(w)))
+
     def has_slack(self, w: WorkerView, slack_s: float) -> bool:
         """chunk_tokens(w) > 0, given `slack_s` = slack(w). Where g is non-decreasing over the search,
         so is a chunk's cost in c: some chunk fits iff the smallest one worth borrowing does (one
@@ -195,19 +204,19 @@ class FluidToken:
         budget = slack_s / self.cost_scale(w)
         return budget > 0 and self._fits(b, 0, budget)(c.min_chunk)
 
-    def plan(self, w: WorkerView, max_num_seqs: int) -> StepPlan:
+    def plan(self, w: WorkerView, max_num_seqs: int, late: Callable | None = None) -> StepPlan:
         """A decode worker's step: every decode, plus prefill chunks of its queue (FCFS) whose
         marginal cost, each priced at its own prior, fits the slack."""
         plan = StepPlan([], w.num_decoding > 0)
         if w.queue:
             budget = self.slack(w) / self.cost_scale(w)
-            plan.chunks = self._fill(w, budget, max_num_seqs)
+            plan.chunks = self._fill(w, budget, max_num_seqs, late)
             if not plan.chunks and not plan.decode:  # nothing decodes yet, but a hand-off may land any
                 # moment: keep the step within what a decode step's slack would allow
                 plan.chunks = chunks_within(w, self.config.min_chunk, max_num_seqs)
         return plan
 
-    def _fill(self, w: WorkerView, budget: float, max_num_seqs: int) -> list:
+    def _fill(self, w: WorkerView, budget: float, max_num_seqs: int, late: Callable | None = None) -> list:
         """Chunks from the head of `w`'s queue while their summed marginal cost fits `budget`: each
         the largest that fits after the chunks before it (an unstarted request starts after its
         expected cached prefix); none below min_chunk but a prompt's last."""
@@ -215,7 +224,7 @@ class FluidToken:
         g, pair_s, c_max = self._chunk_time, self.attn_pair_s, self.config.max_chunk
         b, pairs = w.num_decoding, 0.0  # tokens in the step so far; the planned chunks' attention cost
         chunks: list[tuple[Request | PrefillPiece, int]] = []
-        for req in w.queue:
+        for req in on_time_first(w.queue, late):
             prior = req.kv_prior or req.queued_hit
             left = budget - (g(b) - g(w.num_decoding)) - pairs
             todo = req.prefill_remaining - (0 if req.prefilled else req.queued_hit)
@@ -235,14 +244,20 @@ class FluidToken:
         """The planner's own estimate of a step's time (checked against SLO_TBT in tests)."""
         return (self.t_iter(w) if plan.decode else 0.0) + self.chunks_cost(w.num_decoding, plan, self.cost_scale(w))
 
-    def borrow(self, view: ClusterView) -> list:
-        """Strip requests from the head of the prefill queues onto decode workers with slack."""
+    def borrow(self, view: ClusterView, late: Callable | None = None) -> list:
+        """Strip requests from the head of the prefill queues onto decode workers with slack (with
+        `late`, the requests that can no longer make their TTFT SLO last: `on_time_first`)."""
         donors = [w for w in view.workers if w.role is Role.PREFILL and w.queue]
         if not donors:
             return []
-        heads = {w.id: _unstarted_head(w, 8) for w in donors}  # a few unstarted requests from each queue's head
+        heads = {
+            w.id: _unstarted_head(on_time_first(w.queue, late), 8) for w in donors
+        }  # a few unstarted requests from each queue's head
         owner = {r.id: wid for wid, reqs in heads.items() for r in reqs}
-        waiting = sorted((r for reqs in heads.values() for r in reqs), key=lambda r: (r.arrival_s, r.id))
+        waiting = sorted(
+            (r for reqs in heads.values() for r in reqs),
+            key=lambda r: (late is not None and late(r), r.arrival_s, r.id),
+        )
         cap = self.config.borrowed_per_worker
         self._reserve = handoff_reserve(view)
         free, slack = [], {}  # nothing changes while borrowing plans: each worker's slack is read once
@@ -323,9 +338,9 @@ def handoff_reserve(view: ClusterView) -> int:
     return -(-coming // decode) if decode else 0
 
 
-def _unstarted_head(w: WorkerView, n: int) -> list[Request]:
+def _unstarted_head(queue, n: int) -> list[Request]:
     found = []
-    for r in w.queue:
+    for r in queue:
         if isinstance(r, Request) and r.worker < 0:
             found.append(r)
             if len(found) == n:

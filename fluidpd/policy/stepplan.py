@@ -8,6 +8,7 @@ which Python calls markedly faster than keywords.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from fluidpd.core.piece import PrefillPiece
@@ -38,13 +39,33 @@ class Admission:
         return True
 
 
-def whole_prompts(w: WorkerView, max_tokens: int, max_num_seqs: int, max_chunk: int = 0) -> list:
+def on_time_first(queue: Iterable, late: Callable | None) -> Iterable:
+    """`queue` in order, but with the unstarted requests for which `late(r)` (they cannot make their
+    TTFT SLO any more) behind the rest, FCFS among themselves; as it is without `late`. Under
+    overload, FCFS spends every worker on requests that missed already and makes the next ones miss
+    too; this serves the ones that can still make it, and the late ones as soon as there is room."""
+    if late is None:
+        yield from queue
+        return
+    behind = []
+    for r in queue:
+        if r.prefilled or not late(r):
+            yield r
+        else:
+            behind.append(r)
+    yield from behind
+
+
+def whole_prompts(
+    w: WorkerView, max_tokens: int, max_num_seqs: int, max_chunk: int = 0, late: Callable | None = None
+) -> list:
     """FCFS whole prompts up to `max_tokens` (DistServe's L_m batching; a longer prompt runs alone,
-    and with `max_chunk` one longer than that takes a step per `max_chunk` tokens)."""
+    and with `max_chunk` one longer than that takes a step per `max_chunk` tokens); with
+    `late`, the late ones last (`on_time_first`)."""
     room = Admission.of(w, max_num_seqs)
     chunks: list[tuple[Request | PrefillPiece, int]] = []
     tokens = 0
-    for req in w.queue:
+    for req in on_time_first(w.queue, late):
         need = req.prefill_remaining
         if max_chunk and need > max_chunk:
             need = max_chunk
@@ -59,11 +80,12 @@ def whole_prompts(w: WorkerView, max_tokens: int, max_num_seqs: int, max_chunk: 
     return chunks
 
 
-def chunks_within(w: WorkerView, budget: int, max_num_seqs: int) -> list:
-    """FCFS prefill chunks filling `budget` tokens; the last one may be a partial prompt."""
+def chunks_within(w: WorkerView, budget: int, max_num_seqs: int, late: Callable | None = None) -> list:
+    """FCFS prefill chunks filling `budget` tokens; the last one may be a partial prompt (with `late`,
+    the late ones last: `on_time_first`)."""
     room = Admission.of(w, max_num_seqs)
     chunks = []
-    for req in w.queue:
+    for req in on_time_first(w.queue, late):
         if budget <= 0:
             break
         if not room.admit(req.prefilled, req.prefill_target, w.block_size):
@@ -82,15 +104,17 @@ def prefill_first(w: WorkerView, max_tokens: int, max_num_seqs: int, max_chunk: 
     return StepPlan([], w.num_decoding > 0)
 
 
-def decodes_then_chunks(w: WorkerView, budget: int, max_num_seqs: int) -> StepPlan:
+def decodes_then_chunks(w: WorkerView, budget: int, max_num_seqs: int, late: Callable | None = None) -> StepPlan:
     """Sarathi-Serve / vLLM v1 step: every decode, then prefill chunks in the remaining budget."""
-    chunks = chunks_within(w, budget - w.num_decoding, max_num_seqs)
+    chunks = chunks_within(w, budget - w.num_decoding, max_num_seqs, late)
     return StepPlan(chunks, w.num_decoding > 0)
 
 
-def prefill_only(w: WorkerView, max_tokens: int, max_num_seqs: int, max_chunk: int = 0) -> StepPlan:
+def prefill_only(
+    w: WorkerView, max_tokens: int, max_num_seqs: int, max_chunk: int = 0, late: Callable | None = None
+) -> StepPlan:
     """A prefill instance's step: an L_m-token batch of whole prompts."""
-    return StepPlan(whole_prompts(w, max_tokens, max_num_seqs, max_chunk))
+    return StepPlan(whole_prompts(w, max_tokens, max_num_seqs, max_chunk, late))
 
 
 def decode_only(w: WorkerView) -> StepPlan:

@@ -10,7 +10,7 @@ from fluidpd.latency.config import LatencyConfig
 from fluidpd.latency.fit import fit_attention_pair_time, fit_chunk_time, fit_prefill_time
 from fluidpd.latency.profiled import latency_model
 from fluidpd.latency.roofline import RooflineModel
-from fluidpd.policy.base import PolicyConfig
+from fluidpd.policy.base import Policy, PolicyConfig
 from fluidpd.policy.costs import CostModel
 from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.policy.registry import POLICIES, make_policy
@@ -81,19 +81,30 @@ def prefill_saturation_tokens(roofline: RooflineModel, tolerance: float = 0.1, l
 
 
 def simulate(
-    trace: Trace, policy_name: str, setup: Setup, progress=None, *, keep_requests: bool = False, before_run=None
+    trace: Trace,
+    policy_name: str,
+    setup: Setup,
+    progress=None,
+    *,
+    keep_requests: bool = False,
+    before_run=None,
+    policy_cls: type[Policy] | None = None,
 ) -> SimResult:
     """Run `trace` through a simulated cluster under `policy_name`.
 
     keep_requests: keep the finished Request objects in `result.cluster.metrics.finished`;
-    before_run(cluster): called once the cluster is built (e.g. to schedule admin actions).
+    before_run(cluster): called once the cluster is built (e.g. to schedule admin actions);
+    policy_cls: a variant of the registered policy (an ablation), built the same way.
     """
     roofline = setup.roofline()
     policy_cfg = setup.policy
     if not policy_cfg.prefill_batch_tokens:
         policy_cfg = replace(policy_cfg, prefill_batch_tokens=prefill_saturation_tokens(roofline))
-    costs = setup.costs(roofline) if POLICIES.get(policy_name).needs_costs else None
-    policy = make_policy(policy_name, policy_cfg, setup.fluid, costs)
+    costs = setup.costs(roofline) if (policy_cls or POLICIES.get(policy_name)).needs_costs else None
+    if policy_cls is None:
+        policy = make_policy(policy_name, policy_cfg, setup.fluid, costs)
+    else:
+        policy = policy_cls.build(policy_cfg, setup.fluid, costs)
     metrics = MetricsCollector(setup.slo, finished=[] if keep_requests else None)
     cluster = SimCluster(
         trace,
@@ -125,7 +136,16 @@ def run_cluster(cluster: SimCluster, policy_name: str, progress=None, before_run
     summary["kv_bytes_per_request"] = summary["kv_bytes_moved"] / max(1, summary["completed"])
     summary["max_mean_load"] = prefill_load_imbalance(cluster)
     summary["routed_to_decode"] = getattr(getattr(cluster.policy, "affinity", None), "on_decode", 0)
+    summary.update(switch_rate(cluster))
     return SimResult(policy_name, summary, cluster)
+
+
+def switch_rate(cluster: SimCluster) -> dict:
+    """Role switches (FluidRole transitions or restarts, every one begun) and their rate per hour of
+    the trace's span."""
+    n = len(getattr(cluster.policy, "transitions", []))
+    span = cluster.trace.duration_s
+    return {"role_switches": n, "switches_per_hour": n * 3600.0 / span if span > 0 else 0.0}
 
 
 def prefill_load_imbalance(cluster: SimCluster) -> float:

@@ -5,18 +5,18 @@ import pytest
 from fluidpd.bench.experiments.envelope import EnvelopePoint, describe, envelope_plot, envelope_points
 
 
-def _row(joint, strict):
-    return {"attainment": joint, "strict_attainment": strict}
+def _row(joint, strict, **kw):
+    return {"attainment": joint, "strict_attainment": strict, **kw}
 
 
 POINTS = {
     "a x1": {
-        "fluidpd": _row(0.95, 0.90),
+        "fluidpd": _row(0.95, 0.90, switches_per_hour=12.0),
         "chunked": _row(0.96, 0.80),
         "static-pd": _row(0.90, 0.92),
         "oracle": _row(1, 1),
     },
-    "a x2": {"fluidpd": _row(0.50, 0.50), "chunked": _row(0.40, 0.30)},
+    "a x2": {"fluidpd": _row(0.50, 0.50, switches_per_hour=48.0), "chunked": _row(0.40, 0.30)},
     "b x1": {"chunked": _row(0.9, 0.9)},  # fluidpd did not run here: no point
 }
 
@@ -31,6 +31,9 @@ def test_each_metric_is_held_against_its_own_best_rival_and_oracles_are_left_out
     assert EnvelopePoint.from_json(p.as_json()) == p
     line = describe(points)
     assert "at 1 of 2 points" in line and "worst joint -1.0 pp at a x1 (vs chunked)" in line
+    assert "role switches median 30/h, most 48/h at a x2" in line
+    old = {k: v for k, v in p.as_json().items() if k != "switches_per_hour"}  # a JSON from before the rate
+    assert "role switches" not in describe([EnvelopePoint.from_json(old)])
 
 
 def test_the_plot_is_written(tmp_path):

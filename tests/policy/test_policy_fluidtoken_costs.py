@@ -214,8 +214,11 @@ def test_the_last_prefill_worker_may_go_only_when_the_decode_pool_is_short_of_kv
     second.id, second.queued_tokens = 2, 0
     view.workers[1].queued_tokens = 4000
     view.workers.append(second)
-    assert pol.route(None, view) == 2
     from fluidpd.core.request import Request
+
+    second.cached_tokens = lambda r: 0
+    assert pol.route(Request(6, 0.0, prompt_len=1000, output_len=10), view) == 2
+    assert pol.demand.rate(0.0) == pytest.approx(pol.prefill_work(1000) / pol.fluid.horizon_s)
 
     req = Request(7, -10.0, prompt_len=4000, output_len=10)  # 10 s late already
     view.workers[1].queue.append(req)

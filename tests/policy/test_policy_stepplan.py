@@ -31,6 +31,24 @@ def test_whole_prompts_fill_l_m_and_long_prompts_run_alone():
     assert [(r.id, c) for r, c in stepplan.whole_prompts(w, 700, 256)] == [(3, 5000)]
 
 
+def test_late_last_serves_the_requests_that_can_still_make_their_ttft_first():
+    w = worker()
+    started = Request(0, 0.0, 400, 10)
+    started.prefilled = 100  # started prefills keep their place however late
+    late = [Request(1, 1.0, 300, 10), Request(2, 2.0, 300, 10)]
+    on_time = [Request(3, 5.0, 300, 10), Request(4, 6.0, 300, 10)]
+    for r in (started, *late, *on_time):
+        w.enqueue(r)
+    late = lambda r: r.arrival_s < 4.0
+    order = [r.id for r in stepplan.on_time_first(w.queue, late)]
+    assert order == [0, 3, 4, 1, 2]
+    assert [r.id for r in stepplan.on_time_first(w.queue, None)] == [0, 1, 2, 3, 4]
+    chunks = stepplan.whole_prompts(w, 700, 256, late=late)
+    assert [(r.id, c) for r, c in chunks] == [(0, 300), (3, 300)]
+    chunks = stepplan.chunks_within(w, 1000, 256, late)
+    assert [(r.id, c) for r, c in chunks] == [(0, 300), (3, 300), (4, 300), (1, 100)]
+
+
 def test_with_max_chunk_a_long_prompt_runs_alone_a_chunk_a_step():
     w = worker()
     for r in (req(0, 300), req(1, 5000), req(2, 300)):

@@ -3,6 +3,7 @@ other system there (the best at each point may be a different system: that is th
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -27,6 +28,7 @@ class EnvelopePoint:
     best_joint_system: str
     best_strict: float
     best_strict_system: str
+    switches_per_hour: float = float("nan")  # fluidpd's role switches there, per hour of trace
 
     @property
     def joint_margin_pp(self) -> float:
@@ -41,7 +43,7 @@ class EnvelopePoint:
 
     @classmethod
     def from_json(cls, d: dict) -> EnvelopePoint:
-        return cls(*(d[f.name] for f in fields(cls)))
+        return cls(*(d[f.name] for f in fields(cls) if f.name in d))
 
 
 def envelope_points(points: dict[str, dict[str, dict]], fluid: str, others: list[str]) -> list[EnvelopePoint]:
@@ -64,6 +66,7 @@ def envelope_points(points: dict[str, dict[str, dict]], fluid: str, others: list
                 bj,
                 rows[bs]["strict_attainment"],
                 bs,
+                f.get("switches_per_hour", float("nan")),
             )
         )
     return out
@@ -76,11 +79,17 @@ def describe(points: list[EnvelopePoint]) -> str:
     wj = min(points, key=lambda p: p.joint_margin_pp)
     ws = min(points, key=lambda p: p.strict_margin_pp)
     ok = sum(p.joint_margin_pp >= GOAL_PP and p.strict_margin_pp >= GOAL_PP for p in points)
-    return (
+    line = (
         f"envelope: fluidpd within {-GOAL_PP:g} pp of the best other system (joint and strict) at {ok} of "
         f"{len(points)} points; worst joint {wj.joint_margin_pp:+.1f} pp at {wj.point} (vs {wj.best_joint_system}), "
         f"worst strict {ws.strict_margin_pp:+.1f} pp at {ws.point} (vs {ws.best_strict_system})"
     )
+    rated = [p for p in points if not math.isnan(p.switches_per_hour)]
+    if rated:
+        most = max(rated, key=lambda p: p.switches_per_hour)
+        mid = float(np.median([p.switches_per_hour for p in rated]))
+        line += f"; role switches median {mid:,.0f}/h, most {most.switches_per_hour:,.0f}/h at {most.point}"
+    return line
 
 
 def envelope_plot(points: list[EnvelopePoint], path: Path, title: str) -> Path:

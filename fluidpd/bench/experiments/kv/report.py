@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fluidpd.bench.experiments.envelope import EnvelopePoint, describe
-from fluidpd.bench.experiments.output import ms, pct
+from fluidpd.bench.experiments.output import ms, pct, per_hour
 
 COLUMNS = (
     "system",
@@ -106,7 +106,7 @@ def _cells(r: dict) -> tuple[str, ...]:
         pct(r["strict_attainment"]),
         f"{r['kv_bytes_per_request'] / 1e6:,.1f}",
         f"{r['max_mean_load']:.2f}",
-        str(r["transitions"]),
+        per_hour(r["transitions"], r.get("switches_per_hour")),
     )
 
 

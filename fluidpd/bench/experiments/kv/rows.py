@@ -38,6 +38,7 @@ def kv_row(res: SimResult, system: str, imitates: str, follow: np.ndarray, new_t
         "kv_bytes_new_and_generated": budget_tokens * per_token,
         "max_mean_load": s["max_mean_load"],
         "routed_to_decode": s["routed_to_decode"],
-        "transitions": len(getattr(res.cluster.policy, "transitions", [])),
+        "transitions": s["role_switches"],
+        "switches_per_hour": s["switches_per_hour"],
         "sim_wall_s": s["sim_wall_s"],
     }

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from fluidpd.bench.experiments.common import DTYPE, GPU, JITTER_CV, MODEL, N_WORKERS, SLO, ttft_justification
 from fluidpd.bench.experiments.envelope import EnvelopePoint, describe
-from fluidpd.bench.experiments.output import ms, pct
+from fluidpd.bench.experiments.output import ms, pct, per_hour
 from fluidpd.bench.experiments.table1.run import SYSTEMS
 
 HEADLINE_COLUMNS = (
@@ -76,7 +76,7 @@ def _headline_cells(r: dict) -> tuple[str, ...]:
         f"{r['ttft_p99_s'] * 1e3:,.0f}",
         ms(r["tbt_p99_s"]),
         ms(r["tbt_decode_p99_s"]),
-        str(len(r["transitions"])) if dynamic else "-",
+        per_hour(len(r["transitions"]), r.get("switches_per_hour")) if dynamic else "-",
         r["what"],
     )
 
