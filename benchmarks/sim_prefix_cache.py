@@ -93,9 +93,9 @@ class EverCache(PrefixCache):
         self.ever.update(hashes[:n])
         return super().register(rid, hashes, n)
 
-    def release(self, rid, hashes, n):
+    def release(self, rid, hashes, n, demote=False):
         self.ever.update(hashes[:n])
-        return super().release(rid, hashes, n)
+        return super().release(rid, hashes, n, demote)
 
 
 def routing_bound(cluster, box: list[int]):
