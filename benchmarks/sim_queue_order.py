@@ -1,9 +1,9 @@
 """How much of FluidPD's lead past saturation is its queue order: Table 1's quick windows, each system
-with FCFS and with late-last (a request that can no longer make its TTFT SLO waits behind the rest).
+with FCFS and with late-last (a request already past its TTFT SLO waits behind the rest).
 
 chunked (its token budget tuned on the history window, as Table 1 does) as it runs, FCFS, and with
-FluidPD's late-last order (an ablation: the same `stepplan.on_time_first` rule, priced with the
-same f_P); fluidpd (from the split tuned on history) with `--queue-order fcfs` and its default
+FluidPD's late-last order (an ablation: the same `stepplan.past_ttft` test and `on_time_first`
+order); fluidpd (from the split tuned on history) with `--queue-order fcfs` and its default
 late-last. Joint attainment at every workload and rate scale; deterministic.
 
     .venv/bin/python benchmarks/sim_queue_order.py [--scales 1,2,3] [--workloads azure_code,...]
@@ -26,24 +26,11 @@ from fluidpd.sim.run import simulate
 class ChunkedLateLast(Chunked):
     """Chunked prefill with FluidPD's late-last queue order (an ablation, not a served policy)."""
 
-    needs_costs = True
-
-    def __init__(self, config=None, costs=None):
-        super().__init__(config)
-        self.costs = costs
-
-    @classmethod
-    def build(cls, config=None, fluid=None, costs=None):
-        return cls(config, costs)
-
     def plan_step(self, worker, view):
-        deadline, f_p = view.now - SLO.ttft_s, self.costs.prefill_time
-
-        def late(r) -> bool:
-            return r.arrival_s + f_p(r.prefill_remaining - r.queued_hit) < deadline
-
         c = self.config
-        return stepplan.decodes_then_chunks(worker, c.chunk_budget, c.max_num_seqs, late)
+        return stepplan.decodes_then_chunks(
+            worker, c.chunk_budget, c.max_num_seqs, stepplan.past_ttft(view.now, SLO.ttft_s)
+        )
 
 
 def point(name: str, scale: float) -> dict[str, float]:

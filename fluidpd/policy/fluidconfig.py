@@ -28,7 +28,7 @@ class FluidConfig:
     horizon_s: float = knob(30.0, "a decode -> prefill switch needs a prefill deficit predicted this far ahead")
     switch_cost_s: float = knob(2.0, "a decode -> prefill switch must gain more prefill work-s over the horizon")
     queue_order: str = knob(
-        LATE_LAST, "prefill queues: fcfs, or late-last (requests past SLO_TTFT wait behind the rest)"
+        LATE_LAST, "prefill queues: fcfs, or late-last (requests already past SLO_TTFT wait behind the rest)"
     )
     ppi_cap: float = 10.0  # the PPI scan stops here: past it every decision is the same
     history_s: float = 0.1  # PPI/DPI samples kept for timelines

@@ -116,14 +116,9 @@ class FluidPD(StaticPD):
         return stepplan.prefill_only(worker, c.prefill_batch_tokens, c.max_num_seqs, c.max_prefill_chunk, late)
 
     def late(self, now: float):
-        """With `queue_order` late-last, the test of a queued request that can no longer make its TTFT
-        SLO (its age plus its own uncached prefill is past it): such requests wait behind the rest.
-        None: FCFS."""
-        if self.fluid.queue_order != LATE_LAST:
-            return None
-        deadline = now - self.costs.slo.ttft_s
-        work = self.prefill_work
-        return lambda r: r.arrival_s < deadline or r.arrival_s + work(r.prefill_remaining - r.queued_hit) < deadline
+        """With `queue_order` late-last, the test of a queued request that has missed its TTFT SLO
+        already (`stepplan.past_ttft`): such requests wait behind the rest. None: FCFS."""
+        return stepplan.past_ttft(now, self.costs.slo.ttft_s) if self.fluid.queue_order == LATE_LAST else None
 
     def handoff(self, req, worker, view):
         if worker.role is Role.DECODE:

@@ -246,7 +246,7 @@ class FluidToken:
 
     def borrow(self, view: ClusterView, late: Callable | None = None) -> list:
         """Strip requests from the head of the prefill queues onto decode workers with slack (with
-        `late`, the requests that can no longer make their TTFT SLO last: `on_time_first`)."""
+        `late`, the requests already past their TTFT SLO last: `on_time_first`)."""
         donors = [w for w in view.workers if w.role is Role.PREFILL and w.queue]
         if not donors:
             return []

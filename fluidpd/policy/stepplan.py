@@ -39,9 +39,15 @@ class Admission:
         return True
 
 
+def past_ttft(now: float, slo_ttft_s: float) -> Callable:
+    """The late-last test: a request that arrived more than SLO_TTFT ago has missed it already."""
+    deadline = now - slo_ttft_s
+    return lambda r: r.arrival_s < deadline
+
+
 def on_time_first(queue: Iterable, late: Callable | None) -> Iterable:
-    """`queue` in order, but with the unstarted requests for which `late(r)` (they cannot make their
-    TTFT SLO any more) behind the rest, FCFS among themselves; as it is without `late`. Under
+    """`queue` in order, but with the unstarted requests for which `late(r)` (e.g. `past_ttft`: they
+    have missed their TTFT SLO already) behind the rest, FCFS among themselves; as it is without `late`. Under
     overload, FCFS spends every worker on requests that missed already and makes the next ones miss
     too; this serves the ones that can still make it, and the late ones as soon as there is room."""
     if late is None:
