@@ -6,7 +6,10 @@ steps; delta_guard is the seed's rule, 1.5 x the p99.9 of how far decode-only st
 online per worker by a scale (EWMA of the measured chunk part of mixed steps over EWMA of the
 modelled one), so a worker slower than the fit (e.g. sharing its CPU) takes smaller chunks after
 one step. Only chunks modelled dearer than the guard band feed it: the measured part of a cheaper
-one is mostly jitter, and a scale learned from jitter mis-sizes the next, larger chunk.
+one is mostly jitter, and a scale learned from jitter mis-sizes the next, larger chunk. What the
+planner still gets wrong is priced from its measured distribution: the slack never lets a step,
+times the p99 of measured / estimated over the worker's recent mixed steps (OverrunTracker), pass
+SLO_TBT; until some are measured, chunks cost `overrun_prior` x their model.
 The chunk runs fused into the decode step's forward pass, so its cost is marginal: with g the
 fitted time of n tokens fused into a one-request decode step (flat while the dense layers stay
 memory-bound, then compute), c prompt tokens after `prior` tokens of their prompt, in a step with
@@ -33,12 +36,12 @@ from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.polynomial import Polynomial
 from fluidpd.core.request import Request
 from fluidpd.policy.actions import Borrow, BorrowSplit
-from fluidpd.policy.jitter import JitterTracker
+from fluidpd.policy.jitter import JitterTracker, OverrunTracker
 from fluidpd.policy.stepplan import Admission, chunks_within, on_time_first
 from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView, blocks_for
 
 EWMA = 0.2
-SCALE_GAIN, MIN_SCALE, MAX_SCALE = 0.5, 0.25, 20.0
+SCALE_GAIN, MIN_SCALE, MAX_SCALE = 0.2, 0.25, 20.0
 MAX_BATCH_CHECKED = 1024  # decodes in a step up to which `has_slack` may skip the chunk search
 
 
@@ -54,6 +57,8 @@ class FluidTokenConfig:
     max_split: int = 4  # at most this many pieces
     guard_factor: float = 1.5  # delta_guard = factor x p99.9 of measured jitter
     guard_default_s: float | None = None  # until enough steps are measured: 10% of SLO_TBT (4 ms at 40 ms)
+    overrun_quantile: float = 0.99  # a mixed step x this quantile of measured / planned stays within SLO_TBT
+    overrun_prior: float = 1.5  # until a worker's mixed steps are measured, its chunks cost this x the model
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_chunk <= self.max_chunk or self.borrowed_per_worker < 1:
@@ -64,6 +69,8 @@ class FluidTokenConfig:
             raise ValueError("max_split must be >= 1 and split_min_tokens >= 2")
         if self.guard_factor <= 0 or (self.guard_default_s is not None and self.guard_default_s < 0):
             raise ValueError("guard_factor must be > 0 and guard_default_s >= 0")
+        if not 0 < self.overrun_quantile <= 1 or self.overrun_prior < 1:
+            raise ValueError("overrun_quantile must be in (0, 1] and overrun_prior >= 1")
 
 
 class FluidToken:
@@ -86,6 +93,7 @@ class FluidToken:
         self.slo_tbt_s = slo_tbt_s
         self.config = config or FluidTokenConfig()
         self.jitter: dict[int, JitterTracker] = {}
+        self.overrun: dict[int, OverrunTracker] = {}
         self.t_iter_s: dict[int, float] = {}
         self.scale: dict[int, float] = {}  # measured / modelled chunk time, per worker (online calibration)
         self._chunk_ewma: dict[int, tuple[float, float]] = {}  # (measured, modelled) chunk time EWMAs
@@ -111,10 +119,18 @@ class FluidToken:
             t = self.jitter[wid] = JitterTracker(factor=c.guard_factor, default_s=default)
         return t
 
+    def overrun_of(self, wid: int) -> OverrunTracker:
+        t = self.overrun.get(wid)
+        if t is None:
+            c = self.config
+            t = self.overrun[wid] = OverrunTracker(quantile=c.overrun_quantile)
+        return t
+
     def observe(self, w: WorkerView, duration_s: float, plan: StepPlan) -> None:
         """A step of `w` with decodes took `duration_s`. Decode-only steps update T_iter (the first
-        step, mixed or not, sets it: a worker whose steps all carry chunks has one too); every
-        step's excess over the planner's estimate feeds the jitter record behind delta_guard."""
+        step, mixed or not, sets it: a worker whose steps all carry chunks has one too) and their
+        excess over it the jitter record behind delta_guard; mixed steps their ratio to the
+        planner's estimate (the overrun quantile) and the cost scale."""
         if not plan.decode:
             return
         prev = self.t_iter_s.get(w.id)
@@ -126,7 +142,9 @@ class FluidToken:
         if not plan.chunks:
             self.tracker(w.id).observe(duration_s - prev)
             self.t_iter_s[w.id] = prev + EWMA * (duration_s - prev)
-        elif est / scale > self.tracker(w.id).guard_s:
+            return
+        self.overrun_of(w.id).observe(duration_s, prev + est)
+        if est / scale > self.tracker(w.id).guard_s:
             measured, modelled = self._chunk_ewma.get(w.id, (0.0, 0.0))
             measured += SCALE_GAIN * (duration_s - prev - measured)
             modelled += SCALE_GAIN * (est / scale - modelled)
@@ -139,8 +157,17 @@ class FluidToken:
             return 0.0
         return self.t_iter_s.get(w.id, w.step_time_ewma_s)
 
-    def slack(self, w: WorkerView) -> float:
-        return self.slo_tbt_s - self.t_iter(w) - self.tracker(w.id).guard_s
+    def slack(self, w: WorkerView, forecast: bool = False) -> float:
+        """What a step's chunks may take: the seed's SLO_TBT - T_iter - delta_guard, and no more than
+        keeps the whole step within SLO_TBT at the measured overrun quantile of this worker's mixed
+        steps, though never less than the guard band (so chunks stay measured and the quantile stays
+        current). Before `min_samples` are measured, a step's chunks are priced at `overrun_prior` x
+        their model (a `forecast` of borrowing takes them at the model)."""
+        t, slo, guard = self.t_iter(w), self.slo_tbt_s, self.tracker(w.id).guard_s
+        seed, over = slo - t - guard, self.overrun_of(w.id)
+        if not over.ready:
+            return seed if forecast or seed <= 0 else seed / self.config.overrun_prior
+        return min(seed, max(slo / over.factor - t, guard))
 
     def cost_scale(self, w: WorkerView) -> float:
         """How much slower than the fitted model this worker's chunks have run; before any mixed
@@ -173,9 +200,9 @@ class FluidToken:
         tokens = sum(c for _, c in plan.chunks)
         return self._cost(batch, tokens, sum(c * req.kv_prior for req, c in plan.chunks), scale)
 
-    def chunk_tokens(self, w: WorkerView, prior: int = 0) -> int:
+    def chunk_tokens(self, w: WorkerView, prior: int = 0, forecast: bool = False) -> int:
         """C_chunk: the largest c with chunk_cost(B, prior, c) <= slack (0 if below min_chunk)."""
-        budget = self.slack(w) / self.cost_scale(w)
+        budget = self.slack(w, forecast) / self.cost_scale(w)
         if budget <= 0:
             return 0
         lo = _largest(self._fits(w.num_decoding, prior, budget), self.config.max_chunk)
@@ -189,7 +216,7 @@ class FluidToken:
     def prefill_rate(self, w: WorkerView) -> float:
         """Prompt tokens a second `w` prefills by borrowing: a chunk of the size its slack fits in every
         step (0 without slack or KV room to borrow into)."""
-        c = self.chunk_tokens(w)
+        c = self.chunk_tokens(w, forecast=True)
         if not c or self._room(w) <= 0:
             return 0.0
         return c / (self.t_iter(w) + self.chunk_cost(w.num_decoding, 0, c, self.cost_scale(w)))

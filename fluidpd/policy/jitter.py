@@ -52,3 +52,44 @@ class JitterTracker:
         if self._guard < 0:
             self._guard = self.factor * self.tail_s()
         return self._guard
+
+
+@dataclass(slots=True)
+class OverrunTracker:
+    """How far mixed steps (decodes plus prefill chunks) ran over the planner's estimate, as ratios.
+
+    `factor` is the `quantile` of measured / estimated over the last `window` mixed steps (nearest
+    rank, rounded up: with fewer than 100 steps, their largest); `ready` once `min_samples` are in.
+    """
+
+    quantile: float = 0.99
+    min_samples: int = 8
+    window: int = 128
+    ratios: list = field(default_factory=list)
+    _next: int = 0
+    _factor: float = -1.0
+
+    def observe(self, measured_s: float, estimate_s: float) -> None:
+        if estimate_s <= 0:
+            return
+        r = measured_s / estimate_s
+        if len(self.ratios) < self.window:
+            self.ratios.append(r)
+        else:
+            self.ratios[self._next] = r
+            self._next = (self._next + 1) % self.window
+        self._factor = -1.0
+
+    @property
+    def ready(self) -> bool:
+        return len(self.ratios) >= self.min_samples
+
+    @property
+    def factor(self) -> float:
+        """The step-time factor (>= 1) a mixed step must stay within SLO_TBT under (1 until measured)."""
+        n = len(self.ratios)
+        if not n:
+            return 1.0
+        if self._factor < 0:
+            self._factor = max(1.0, sorted(self.ratios)[min(n - 1, math.ceil(self.quantile * n) - 1)])
+        return self._factor

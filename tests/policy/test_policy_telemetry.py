@@ -4,7 +4,7 @@ import pytest
 
 from fluidpd.core.polynomial import Polynomial
 from fluidpd.core.request import Request
-from fluidpd.policy.jitter import JitterTracker
+from fluidpd.policy.jitter import JitterTracker, OverrunTracker
 from fluidpd.policy.telemetry import decode_pressure_index, prefill_pressure_index
 from fluidpd.policy.view import Role
 from fluidpd.world.worker import WorkerState
@@ -65,6 +65,27 @@ def test_jitter_guard_is_learned_from_the_tail():
     assert t.tail_s() == pytest.approx(0.004, rel=0.07)
     t.observe(0.0)
     assert 1.4 * 0.004 < t.guard_s < 1.6 * 0.004 * 1.07
+
+
+def test_overrun_factor_is_the_recent_p99_of_measured_over_estimated():
+    t = OverrunTracker(quantile=0.99, min_samples=8, window=200)
+    assert not t.ready and t.factor == 1.0
+    for i in range(7):
+        t.observe(0.012 if i == 3 else 0.010, 0.010)
+    assert not t.ready and t.factor == pytest.approx(1.2)  # a few steps: their largest
+    t.observe(0.010, 0.010)
+    assert t.ready
+    for i in range(200):
+        t.observe(0.013 if i % 100 == 0 else 0.009, 0.010)  # 1% at 1.3x: within the p99's tail
+    assert t.factor == 1.0
+    for i in range(200):
+        t.observe(0.013 if i % 50 == 0 else 0.009, 0.010)  # 2% at 1.3x: past it
+    assert t.factor == pytest.approx(1.3)
+    for _ in range(200):
+        t.observe(0.008, 0.010)  # the window forgets; the factor never prices a step below its estimate
+    assert t.factor == 1.0
+    t.observe(0.02, 0.0)  # nothing estimated: nothing learned
+    assert t.factor == 1.0
 
 
 def test_batched_prefill_time_prices_the_steps_the_batching_makes():
