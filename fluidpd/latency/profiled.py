@@ -169,6 +169,7 @@ class ProfiledModel(RooflineModel):
             remap_s=self.profile["fluidrole"]["shrink_s"],
             kv_export_share=kv.get("export_share", 0.0),
             kv_import_share=1.0 - kv["export_share"] if "export_share" in kv else 0.0,
+            kv_offloading_bw=sim.kv_offloading_bw or kv["bandwidth_Bps"],
         )
 
     def step_time(self, shape: StepShape) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from fluidpd.latency.calibration import latency_config
 from fluidpd.latency.config import LatencyConfig
@@ -168,8 +169,9 @@ class RooflineModel:
 
     def sim_config(self, sim):
         """`sim` (a SimConfig) with what this model knows of its hardware's runtime behaviour
-        (contention, step jitter, remap time): nothing for a datasheet roofline."""
-        return sim
+        (contention, step jitter, remap time): for a datasheet roofline, only its PCIe link (what a
+        host-tier KV load runs at)."""
+        return replace(sim, kv_offloading_bw=sim.kv_offloading_bw or self.hw.pcie_bw)
 
     def kv_blocks(self, block_size: int = 16, scratch_fraction: float = 0.1, scratch_bytes: float = 0.0) -> int:
         """Paged-KV blocks of `block_size` tokens that fit (see capacity_kv_tokens)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from fluidpd.sim.turns import Turns
 from fluidpd.workload.blockmap import named_tokens, world_block_ids
 from fluidpd.workload.trace import Trace
 from fluidpd.world.events import EventKind, EventLoop
+from fluidpd.world.host_tier import HostTier
 from fluidpd.world.lifecycle import World
 from fluidpd.world.worker import WorkerState
 
@@ -87,6 +89,31 @@ class SimCluster(World):
         self._thinking = 0  # sessions' next requests scheduled to arrive
         self.sent: list[int] = []  # trace indices in the order the requests arrived (closed loops reorder)
         self.queried = bytearray(len(trace))  # by trace index: its first admission looked the cache up
+        self._attach_host_tiers()
+
+    def _attach_host_tiers(self) -> None:
+        """With `kv_offloading_size`: a host tier per worker, or one per node holding its workers'
+        share together (`kv_offloading_pooled`)."""
+        c = self.config
+        if not c.kv_offloading_size:
+            return
+        if not c.kv_offloading_bw:
+            raise ValueError("a host tier needs kv_offloading_bw (a latency model's sim_config fills it)")
+        blocks = int(c.kv_offloading_size * 2**30 // (self.kv_bytes_per_token * c.block_size))
+        if c.kv_offloading_pooled:
+            per_node = Counter(w.node for w in self.workers)
+            pools = {n: HostTier(blocks * k, c.kv_offloading_reused_only, pooled=True) for n, k in per_node.items()}
+            for w in self.workers:
+                w.host = pools[w.node]
+        else:
+            for w in self.workers:
+                w.host = HostTier(blocks, c.kv_offloading_reused_only)
+
+    def host_loaded(self, w: WorkerState, blocks: int) -> None:
+        """A load from the host tier is not overlapped with compute: the worker's next step waits for it."""
+        self._copy(
+            w, self.loop.now, blocks * self.config.block_size * self.kv_bytes_per_token / self.config.kv_offloading_bw
+        )
 
     def active(self) -> bool:
         return bool(self.outstanding) or bool(self._thinking) or self.loop.now < self.trace.arrival_s[-1]

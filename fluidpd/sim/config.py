@@ -31,6 +31,12 @@ class SimConfig:
     enable_prefix_caching: bool = knob(
         True, "reuse cached KV of a shared prefix (traces with block ids: Mooncake, Claude Code, sessions)"
     )
+    kv_offloading_size: float = knob(
+        0.0, "GiB of host memory per worker for KV evicted from the device (0: no host tier; as vLLM's flag)"
+    )
+    kv_offloading_pooled: bool = knob(False, "one host tier per node, shared by its workers (Mooncake Store's shape)")
+    kv_offloading_reused_only: bool = knob(False, "offload a block only the second time it is evicted")
+    kv_offloading_bw: float = 0.0  # host <-> device bytes/s of a KV load (0: the accelerator's PCIe link)
     remap_s: float = 0.015  # FluidRole phase 2 (the seed: 10-25 ms)
     dispatch_s: float = 0.020  # FluidRole phase 3 (the seed: 15-30 ms)
     route_s: float = 0.002  # FluidRole phase 4 (the seed: sub-5 ms)
@@ -69,6 +75,8 @@ class SimConfig:
             raise ValueError("gpu_memory_utilization must be in (0, 1]")
         if not 0 <= self.scratch_fraction < self.gpu_memory_utilization:
             raise ValueError("scratch_fraction must be in [0, gpu_memory_utilization)")
+        if self.kv_offloading_size < 0 or self.kv_offloading_bw < 0:
+            raise ValueError("kv_offloading_size and kv_offloading_bw must be >= 0")
         if self.step_jitter_cv < 0 or self.drain_s < 0 or self.sample_s <= 0:
             raise ValueError("step_jitter_cv and drain_s must be >= 0, sample_s > 0")
         if not 0 < self.prefill_kv_fraction <= 1:

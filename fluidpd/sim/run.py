@@ -167,6 +167,12 @@ def prefix_cache_summary(cluster: SimCluster) -> dict:
         "prefix_cache_hit_rate": hit_rate(hits, queries),
         "prefix_cache_hit_rate_by_worker": [hit_rate(w.prefix_cache_hits, w.prefix_cache_queries) for w in ws],
     }
+    tiers = {id(w.host): w.host for w in ws if w.host is not None}
+    if tiers:  # the hit rate split by tier, and the host tiers' traffic
+        out["prefix_cache_host_hit_rate"] = hit_rate(sum(w.host_hits for w in ws), queries)
+        out["prefix_cache_device_hit_rate"] = out["prefix_cache_hit_rate"] - out["prefix_cache_host_hit_rate"]
+        for k in ("offloaded_blocks", "loaded_blocks", "evicted_blocks"):
+            out[f"host_tier_{k}"] = sum(getattr(t, k) for t in tiers.values())
     if cluster.trace.hash_ids is not None:
         # over the requests the hit rate counts (admitted), in the order this run had them arrive
         # (a closed loop's differs from the trace's)

@@ -22,11 +22,13 @@ class HardwareSpec:
     mem_bw: float
     nvlink_bw: float  # aggregate bidirectional per-GPU NVLink bandwidth (datasheet figure)
     internode_bw: float = 50e9  # one 400 Gb/s NIC per GPU
+    pcie_bw: float = 55e9  # host <-> device, one direction (PCIe Gen5 x16: 64 GB/s nominal)
     measured: bool = True  # False: nominal placeholder numbers, not datasheet or measurement
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_flops", MappingProxyType(dict(self.peak_flops)))
-        if min(self.mem_bytes, self.mem_bw, self.nvlink_bw, self.internode_bw, *self.peak_flops.values()) <= 0:
+        links = (self.nvlink_bw, self.internode_bw, self.pcie_bw)
+        if min(self.mem_bytes, self.mem_bw, *links, *self.peak_flops.values()) <= 0:
             raise ValueError(f"{self.name}: all capacities and rates must be positive")
 
     @property
@@ -78,6 +80,7 @@ def profiled_hardware(name: str, profile: dict) -> HardwareSpec:
         mem_bw=m["weight_bytes"] / b1,
         nvlink_bw=2 * kv,  # bidirectional, as the GPU entries: one direction is the hand-off
         internode_bw=kv,
+        pcie_bw=kv,  # the host tier is the same RAM: a load is a copy like a hand-off's
         measured=True,
     )
 
@@ -88,7 +91,7 @@ HARDWARE: Registry[HardwareSpec] = Registry("hardware")
 for _h in (
     HardwareSpec("h100", _H100_FLOPS, 80e9, 3.35e12, 900e9),  # H100 SXM5
     HardwareSpec("h200", _H100_FLOPS, 141e9, 4.8e12, 900e9),  # same die as H100, HBM3e
-    HardwareSpec("a100-80g", {"fp32": 156e12, "bf16": 312e12, "fp16": 312e12}, 80e9, 2.039e12, 600e9),
+    HardwareSpec("a100-80g", {"fp32": 156e12, "bf16": 312e12, "fp16": 312e12}, 80e9, 2.039e12, 600e9, pcie_bw=25e9),
 ):
     HARDWARE.add(_h.name, _h)
 for _name in ("cpu-host",):  # hosts measured by `fluidpd profile` (profiles/<name>.json)

@@ -81,6 +81,10 @@ class World(Elastic, Recovery):
         full blocks (`dst` holds them cached); then call `done(arg)`."""
         raise NotImplementedError
 
+    def host_loaded(self, w: WorkerState, blocks: int) -> None:
+        """`w` copies `blocks` KV blocks from its host tier into its arena for a request it admits
+        now (a world with a host tier times the copy)."""
+
     def on_sample(self) -> None:
         """Called after every timeline sample."""
 
@@ -189,6 +193,9 @@ class World(Elastic, Recovery):
         """`req` starts prefilling on `w`: it holds its cached prefix there (a hit advances `prefilled`
         past it; counted at its first admission only, not for a recompute) and `need` blocks in all."""
         hit = w.take_cached(req) if isinstance(req, Request) else 0
+        loaded, w.loaded = w.loaded, 0
+        if loaded:
+            self.host_loaded(w, loaded)
         w.started(req)
         w.allocate(need - hit // w.block_size)
         w.num_prefilling += 1
@@ -199,6 +206,7 @@ class World(Elastic, Recovery):
             req.cached_tokens = hit
             w.prefix_cache_queries += req.prompt_len
             w.prefix_cache_hits += hit
+            w.host_hits += loaded * w.block_size
         if hit:
             req.prefilled = hit
             w.queued_tokens -= hit

@@ -62,6 +62,7 @@ class Recovery:
         waiting = [r for r in w.pulls if r.id not in self.moving]  # their KV is elsewhere, alive
         self.parked_handoffs = deque(r for r in self.parked_handoffs if r.worker != wid)
         fresh = WorkerState(wid, w.role, w.node, w.kv_blocks_full, w.block_size)
+        fresh.host = w.host.fresh() if w.host is not None else None
         fresh.kv_blocks_total, fresh.routable = w.kv_blocks_total, False
         self.workers[wid] = fresh
         self.apply(self.policy.worker_lost(wid, self))
@@ -104,6 +105,7 @@ class Recovery:
         """A replacement engine for `wid` is up (its arena sized for `role`): it serves again, empty."""
         old = self.workers[wid]
         w = WorkerState(wid, role, old.node, old.kv_blocks_full, old.block_size)
+        w.host = old.host.fresh() if old.host is not None else None
         w.kv_blocks_total = self.remap_blocks(w, role)
         w.role_since = self.loop.now
         self.workers[wid] = w

@@ -8,6 +8,7 @@ from collections import deque
 from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.request import Request
 from fluidpd.policy.view import Role, blocks_for
+from fluidpd.world.host_tier import HostTier
 from fluidpd.world.prefix_cache import PrefixCache
 
 
@@ -40,6 +41,8 @@ class WorkerState:
         "deferred",
         "finishing",
         "held",
+        "host",
+        "host_hits",
         "id",
         "incoming",
         "joiners",
@@ -47,6 +50,7 @@ class WorkerState:
         "kv_blocks_total",
         "kv_blocks_used",
         "last_decode_end",
+        "loaded",
         "marks",
         "node",
         "num_prefilling",
@@ -113,6 +117,9 @@ class WorkerState:
         self.tokens_out = 0
         self.role_since = 0.0
         self.cache = PrefixCache()
+        self.host: HostTier | None = None  # the host-DRAM tier evicted blocks go to (its own or the node's)
+        self.host_hits = 0  # of prefix_cache_hits, tokens loaded from the host tier
+        self.loaded = 0  # blocks loaded from the host tier by admissions not yet timed (the world books the copy)
         self.prefix_cache_queries = 0  # prompt tokens of first admissions here
         self.prefix_cache_hits = 0  # ... whose prefill a cached prefix skipped
         self.prefix_cache_corrections = 0  # admissions whose engine held less than this view (runtime)
@@ -179,19 +186,37 @@ class WorkerState:
         self._trim_cache()
 
     def _trim_cache(self) -> None:
-        """Evict the least recently used cached blocks that no longer fit beside the live KV."""
-        self.cache.evict(self.kv_blocks_used + self.cache.evictable - self.kv_blocks_total)
+        """Evict the least recently used cached blocks that no longer fit beside the live KV (to the
+        host tier, if any)."""
+        gone = self.cache.evict(self.kv_blocks_used + self.cache.evictable - self.kv_blocks_total)
+        if gone and self.host is not None:
+            self.host.offload(gone)
 
     # --- prefix cache -----------------------------------------------------------------
     def cached_tokens(self, req: Request) -> int:
-        """Leading tokens of `req` whose KV is cached here: full blocks, at most all but its last
-        token to prefill (that one is always computed)."""
-        bs = self.block_size
-        return self.cache.match(req.block_hashes, (req.prefill_target - 1) // bs) * bs
+        """Leading tokens of `req` whose KV is cached here, in device memory and then in the host
+        tier: full blocks, at most all but its last token to prefill (that one is always computed)."""
+        return sum(self.cached_blocks(req)) * self.block_size
+
+    def cached_blocks(self, req: Request) -> tuple[int, int]:
+        """(device, host): `req`'s leading blocks cached in device memory, and the run after them
+        in the host tier."""
+        hashes, limit = req.block_hashes, (req.prefill_target - 1) // self.block_size
+        n = self.cache.match(hashes, limit)
+        return n, (self.host.match(hashes, n, limit) if self.host is not None else 0)
 
     def take_cached(self, req: Request) -> int:
-        """At `req`'s admission: hold its cached leading blocks; returns the tokens they cover."""
-        return self._hold(req, self.cached_tokens(req) // self.block_size) * self.block_size
+        """At `req`'s admission: hold its cached leading blocks, loading the host tier's into the
+        arena (counted in `loaded`); returns the tokens they cover."""
+        device, host = self.cached_blocks(req)
+        self._hold(req, device)
+        if host:
+            hashes = req.block_hashes
+            self.host.load(hashes[device : device + host])  # type: ignore[union-attr]  # (recent before room is made)
+            self.allocate(host)
+            self.free(self.cache.register(req.id, hashes, device + host))
+            self.loaded += host
+        return (device + host) * self.block_size
 
     def take_moved(self, req: Request) -> int:
         """Before `req`'s KV moves here: hold the leading blocks of its stored KV (prompt and answer
