@@ -19,6 +19,7 @@ class CostModel:
     decode_ref_s: float | None = None  # the one-request decode step measured next to chunk_time (if any)
     attn_pair_s: float | None = None  # attention time of one query-key pair (None: from chunk_time's fit)
     kv_move_s_per_token: float = 0.0  # moving one token's KV between workers (hand-off link)
+    kv_load_s_per_token: float = 0.0  # loading one token's KV from a host tier into the arena
 
 
 def batched_prefill_time(

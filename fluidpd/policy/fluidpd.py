@@ -88,7 +88,11 @@ class FluidPD(StaticPD):
         self.affinity = None
         if self.router_name == KV_AFFINITY:
             self.affinity = KvAffinity(
-                self.prefill_work, lambda: self.config.prefill_batch_tokens, self.token, costs.kv_move_s_per_token
+                self.prefill_work,
+                lambda: self.config.prefill_batch_tokens,
+                self.token,
+                costs.kv_move_s_per_token,
+                costs.kv_load_s_per_token,
             )
             self.follows_kv = True
 

@@ -71,6 +71,8 @@ class WorkerView(Protocol):
 
     def cached_tokens(self, req: Request) -> int: ...  # leading tokens of req whose KV is cached here
 
+    def cached_blocks(self, req: Request) -> tuple[int, int]: ...  # (device, host tier) blocks of them
+
 
 class ClusterView(Protocol):
     """Read-only state of the cluster at `now` (virtual or wall clock, seconds)."""

@@ -86,3 +86,41 @@ def test_cache_affinity_ignores_load():
     busy(a, 50)
     assert make_router("cache-affinity").pick(new(range(8)), [a, b], None) is a
     assert make_router("least-loaded").pick(new(range(8)), [a, b], None) is b
+
+
+def offloaded(w: WorkerState, hashes) -> None:
+    """`hashes` in `w`'s host tier only (evicted from its arena)."""
+    from fluidpd.world.host_tier import HostTier
+
+    w.host = w.host or HostTier(64)
+    w.host.offload(list(hashes))
+
+
+def test_the_baseline_routers_weigh_a_host_tier_hit_as_their_systems_do():
+    """8 blocks in a's host tier against 7 on b's device: Dynamo (host 0.75: 6 blocks) and llm-d (cpu 0.8:
+    6.4) prefer b; a tier weighed as the device (8 blocks) would have taken a."""
+    for name in ("dynamo-kv", "llm-d"):
+        a, b = worker(0), worker(1)
+        offloaded(a, range(8))
+        cache(b, range(7))
+        req = new(range(8), prompt=16 * 8 + 1)
+        assert a.cached_blocks(req) == (0, 8) and b.cached_blocks(req) == (7, 0)
+        assert make_router(name).pick(req, [a, b], None) is b, name
+        c = worker(2)
+        offloaded(c, range(8))
+        assert make_router(name).pick(req, [c, worker(3)], None) is c, name  # a host hit still beats none
+
+
+def test_kv_affinity_counts_a_host_hit_only_where_loading_beats_recomputing():
+    from types import SimpleNamespace
+
+    from fluidpd.core.polynomial import Polynomial
+    from fluidpd.policy.fluidtoken import FluidToken
+    from fluidpd.policy.routers.kv_affinity import KvAffinity
+
+    w = SimpleNamespace(block_size=16, cached_blocks=lambda req: (2, 6))
+    token = FluidToken(Polynomial((1e-5, 0.0)), 0.05)
+    fast = KvAffinity(lambda t: 1e-4 * t, lambda: 512, token, load_s_per_token=1e-6)
+    slow = KvAffinity(lambda t: 1e-4 * t, lambda: 512, token, load_s_per_token=1e-3)
+    assert fast.hit(w, new(range(8))) == (128, pytest.approx(96e-6))  # 96 host tokens at 1 us each
+    assert slow.hit(w, new(range(8))) == (32, 0.0)  # 96 ms to load 9.6 ms of prefill: recompute

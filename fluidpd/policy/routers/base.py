@@ -18,6 +18,13 @@ class Router:
         raise NotImplementedError
 
 
+def tier_weighted_tokens(w: WorkerView, req: Request, host_weight: float) -> float:
+    """`req`'s tokens cached on `w`, a host-tier block counted `host_weight` of a device one (as
+    Dynamo's router weights G2 hits 0.75 and llm-d's scorer CPU hits 0.8)."""
+    device, host = w.cached_blocks(req)
+    return (device + host_weight * host) * w.block_size
+
+
 def outstanding(w: WorkerView) -> int:
     """Requests on `w` (queued, decoding, and prefilled ones waiting for a pull)."""
     return len(w.queue) + w.num_decoding + w.num_held

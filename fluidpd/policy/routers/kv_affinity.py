@@ -15,6 +15,8 @@ the request as every prefill worker (its KV is the reason to go there; a queue t
 is FluidToken borrowing's to relieve, as PPI says). A hot prefix whose holder's queue costs more than
 recomputing it elsewhere goes elsewhere (and is cached there next), so load spreads without a
 per-workload weight. One decision reads each candidate's cache once: O(workers x matched blocks).
+A hit in a worker's host tier counts only if loading it back is faster than recomputing it (a slow
+tier must not lose to recompute), and its load time is added to that candidate's predicted TTFT.
 """
 
 from __future__ import annotations
@@ -42,23 +44,42 @@ class KvAffinity:
         batch_tokens: Callable[[], int],
         token: FluidToken,
         move_s_per_token: float = 0.0,
+        load_s_per_token: float = 0.0,
     ):
         self.prefill_work = prefill_work  # f_P as this world runs it
         self.batch_tokens = batch_tokens  # L_m: a prefill worker's batch (its throughput point)
         self.token = token
         self.move_s_per_token = move_s_per_token
+        self.load_s_per_token = load_s_per_token  # loading one token's KV from the host tier
         self.on_decode = 0  # requests routed to prefill on their decode worker
 
-    def decode_for(self, req: Request, view: ClusterView, hits: dict[int, int] | None = None) -> WorkerView:
+    def hit(self, w: WorkerView, req: Request) -> tuple[int, float]:
+        """(tokens of `req` cached on `w`, seconds to load the host tier's part of them): the host
+        tier's blocks count only where loading them beats recomputing them."""
+        device, host = w.cached_blocks(req)
+        if not host:
+            return device * w.block_size, 0.0
+        tokens = host * w.block_size
+        load_s = tokens * self.load_s_per_token
+        if load_s >= self.prefill_work(tokens):
+            return device * w.block_size, 0.0
+        return (device + host) * w.block_size, load_s
+
+    def decode_for(
+        self, req: Request, view: ClusterView, hits: dict[int, int] | None = None, loads: dict | None = None
+    ) -> WorkerView:
         """The decode worker for `req`: the least loaded (most free KV, static-pd's rule), unless another
         with room and slack holds most of its context that one lacks (a session's; a prefix every
-        worker shares is no reason to load one more). `hits`: each worker's cached tokens of `req`."""
+        worker shares is no reason to load one more). `hits`, `loads`: filled with each worker's cached
+        tokens of `req` and the seconds loading them from its host tier takes."""
         hits = {} if hits is None else hits
+        loads = {} if loads is None else loads
         pool = candidates(view.workers, Role.DECODE)
         need = blocks_for(req.prompt_len + req.output_len, pool[0].block_size)
         best, best_key = None, (0, 0)
         for w in pool:
-            hit = hits[w.id] = w.cached_tokens(req)
+            hit, loads[w.id] = self.hit(w, req)
+            hits[w.id] = hit
             blocks = hit // w.block_size
             room = w.free_blocks - w.pull_blocks_pending
             if blocks and room >= need - blocks and (blocks, room) > best_key and self.token.slack(w) > 0:
@@ -70,18 +91,19 @@ class KvAffinity:
 
     def route(self, req: Request, view: ClusterView) -> int:
         hits: dict[int, int] = {}
-        d = self.decode_for(req, view, hits)
+        loads: dict[int, float] = {}
+        d = self.decode_for(req, view, hits, loads)
         move_s = self.move_s_per_token * (req.prompt_len - hits[d.id])
         best, best_s, most = -1, math.inf, 0
         pair_s = self.token.attn_pair_s
         for p in candidates(view.workers, Role.PREFILL):
-            hit = p.cached_tokens(req)
+            hit, load_s = self.hit(p, req)
             most = max(most, hit)
             new = req.prefill_target - hit
-            t = self.queue_s(p) + self.prefill_work(new) + pair_s * new * hit + move_s
+            t = self.queue_s(p) + load_s + self.prefill_work(new) + pair_s * new * hit + move_s
             if t < best_s:
                 best, best_s = p.id, t
-        if hits[d.id] >= most and self.on_decode_s(req, d, hits[d.id]) <= best_s:
+        if hits[d.id] >= most and loads[d.id] + self.on_decode_s(req, d, hits[d.id]) <= best_s:
             self.on_decode += 1
             return d.id
         return best
