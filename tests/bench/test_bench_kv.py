@@ -94,6 +94,18 @@ def _rows(fluid_attain: float, fluid_ttft: float) -> list[dict]:
     return rows
 
 
+def test_the_host_tier_check_compares_each_row_with_itself_without_the_tier():
+    from fluidpd.bench.experiments.kv.goals import host_tier_goals
+
+    plain = _rows(0.95, 0.1)
+    tiered = [{**r, "system": r["system"] + "+host", "host_hit_rate": 0.02} for r in plain]
+    ok = host_tier_goals({"kv": {"w": {"0.8": plain}}, "kv_host": {"w": {"0.8": tiered}}})["w"]
+    assert ok["met"] and ok["worst_delta"] == 0 and ok["of_oracle_0.8"] == pytest.approx(0.9 / 0.92)
+    worse = [{**r, "strict_attainment": r["strict_attainment"] - 0.05} for r in tiered]
+    bad = host_tier_goals({"kv": {"w": {"0.8": plain}}, "kv_host": {"w": {"0.8": worse}}})["w"]
+    assert not bad["met"] and bad["worst_delta"] == pytest.approx(-0.05) and len(bad["misses"]) == len(plain)
+
+
 def test_goals_follow_the_measured_rows():
     good = {"kv": {"hot_prefix": {f"{x:g}": _rows(0.95, 0.1) for x in SHARES}}}
     g = check_goals(good)
@@ -110,6 +122,7 @@ def test_kv_command_writes_a_row_for_every_system_and_load(tmp_path):
     assert "kv" in EXPERIMENTS
     cmd = [sys.executable, "-m", "fluidpd.cli", "experiment", "kv", "--quick", "--out", str(tmp_path)]
     cmd += ["--workloads", "hot_prefix,mooncake_conv", "--window", "20", "--probes", "1"]
+    cmd += ["--kv-offloading-size", "1", "--kv-offloading-pooled"]  # every row again with a host tier
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads((tmp_path / "kv.json").read_text())
@@ -138,6 +151,16 @@ def test_kv_command_writes_a_row_for_every_system_and_load(tmp_path):
     assert all(not p["best_strict_system"].startswith("fluidpd") for p in res["envelope"])
     assert "envelope: fluidpd within 0.5 pp" in proc.stdout
     assert set(res["goals"]["met"]) >= {"a_hit_rate", "b_turn2_ttft", "c_dominates", "d_kv_moved", "e_hot_prefix"}
+    for name, loads in res["kv_host"].items():  # the same rows, named +host, the oracle unchanged
+        for share, rows in loads.items():
+            plain = res["kv"][name][share]
+            assert [r["system"] for r in rows] == [r["system"] + "+host" for r in plain]
+            for r, p in zip(rows, plain):
+                assert r["oracle_hit_rate"] == p["oracle_hit_rate"] and 0 <= r["host_hit_rate"] <= r["hit_rate"]
+            assert all(r["host_hit_rate"] == 0 for r in plain)
+    assert res["host_tier"]["pooled"] and set(res["host_tier"]) >= {"hot_prefix", "mooncake_conv"}
+    assert len(res["envelope_host"]) == len(res["envelope"])
+    assert "With a host KV tier (1 GiB a worker, one pool per node)" in proc.stdout
     assert res["setting"]["model"] == "llama-3.1-8b" and len(SYSTEMS) == 12
     assert "Goals (issue 26)" in proc.stdout
 

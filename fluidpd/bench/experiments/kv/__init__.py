@@ -51,6 +51,7 @@ from fluidpd.bench.experiments.kv.setting import WORKLOADS
 from fluidpd.bench.experiments.output import make_console, write_json
 from fluidpd.bench.saturation import FULL_PROBES, QUICK_PROBES
 from fluidpd.core.argtypes import names_of, positive
+from fluidpd.sim.config import SimConfig
 
 HELP = "KV reuse: hit rate, turn-2+ TTFT, KV moved and load balance of every router on session workloads"
 
@@ -67,6 +68,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--jobs", type=positive(int), default=2, help="processes for independent simulations (same results as 1)"
     )
+    p.add_argument(
+        "--kv-offloading-size",
+        type=float,
+        default=SimConfig().kv_offloading_size,
+        help="also run every row with a host KV tier of this many GiB a worker (0: none)",
+    )
+    p.add_argument(
+        "--kv-offloading-pooled",
+        action="store_true",
+        help="one host tier per node (Mooncake Store's shape)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -74,7 +86,14 @@ def main(args: argparse.Namespace) -> int:
     console = make_console()
     print_setting(console, setting(args.quick, args.seed, args.probes or 0))
     results = run_kv(
-        args.workloads, quick=args.quick, window_s=args.window, probes=args.probes, seed=args.seed, jobs=args.jobs
+        args.workloads,
+        quick=args.quick,
+        window_s=args.window,
+        probes=args.probes,
+        seed=args.seed,
+        jobs=args.jobs,
+        host_gib=args.kv_offloading_size,
+        pooled=args.kv_offloading_pooled,
     )
     print_results(console, results)
     paths = write_figures(results, args.out)

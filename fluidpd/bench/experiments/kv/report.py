@@ -50,6 +50,28 @@ def print_results(console: Console, results: dict) -> None:
             print_load(console, name, entry, share, rows)
     print_goals(console, results["goals"])
     console.print(describe([EnvelopePoint.from_json(p) for p in results["envelope"]]))
+    if "kv_host" in results:
+        print_host_tier(console, results)
+
+
+def print_host_tier(console: Console, results: dict) -> None:
+    """The rows again with the host KV tier, and issue 37's checks on them."""
+    h = results["host_tier"]
+    where = "one pool per node" if h["pooled"] else "per worker"
+    console.print(f"\n[bold]With a host KV tier[/] ({h['gib_per_worker']:g} GiB a worker, {where}); hit (host part)")
+    for name, entry in results["workloads"].items():
+        for share, rows in results["kv_host"][name].items():
+            print_load(console, name, entry, share, rows)
+    for w, g in h.items():
+        if not isinstance(g, dict):
+            continue
+        detail = "" if not g["misses"] else ": " + "; ".join(g["misses"])
+        console.print(
+            f"(host) {w}: fluidpd hit at 0.8 {_f(g['hit_0.8'], '.1%')} (host tier {_f(g['host_hit_0.8'], '.1%')}) = "
+            f"{_f(g['of_oracle_0.8'], '.1%')} of oracle (goal >= 90%); every row with the tier >= without it "
+            f"(worst {g['worst_delta'] * 100:+.1f} points): {_verdict(g['met'])}{detail}"
+        )
+    console.print("with the tier: " + describe([EnvelopePoint.from_json(p) for p in results["envelope_host"]]))
 
 
 def print_legend(console: Console, results: dict) -> None:
@@ -97,7 +119,7 @@ def print_load(console: Console, name: str, entry: dict, share: str, rows: list[
 def _cells(r: dict) -> tuple[str, ...]:
     return (
         r["system"],
-        pct(r["hit_rate"]),
+        pct(r["hit_rate"]) + (f" ({pct(r['host_hit_rate'])})" if r.get("host_hit_rate") else ""),
         pct(r["oracle_hit_rate"]),
         ms(r["ttft_turn2_p50_s"]),
         ms(r["ttft_turn2_p95_s"]),

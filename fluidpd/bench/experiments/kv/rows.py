@@ -25,6 +25,7 @@ def kv_row(res: SimResult, system: str, imitates: str, follow: np.ndarray, new_t
         "attainment": s["attainment"],
         "strict_attainment": s["strict_attainment"],
         "hit_rate": s["prefix_cache_hit_rate"],
+        "host_hit_rate": s.get("prefix_cache_host_hit_rate", 0.0),  # of hit_rate, from the host tier
         "oracle_hit_rate": s.get("prefix_cache_oracle_hit_rate", 0.0),
         "turn2_requests": int(follow.sum()),
         "turn2_finished": len(ttft),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from fluidpd.bench.experiments.kv.goals import check_goals, envelope
+from fluidpd.bench.experiments.kv.goals import check_goals, envelope, host_tier_goals
 from fluidpd.bench.experiments.kv.rows import kv_row
 from fluidpd.bench.experiments.kv.setting import (
     DTYPE,
@@ -46,6 +46,8 @@ class KvRun:
     bar: tqdm
     probes: int
     pool: Executor | None = None
+    host_gib: float = 0.0  # also every row with a host KV tier of this many GiB a worker
+    pooled: bool = False
     tunings: dict = field(default_factory=dict)
 
     def window(self, wl: KvWorkload) -> float:
@@ -109,12 +111,14 @@ class KvRun:
             "saturation": sat,
             "loads": {},
         }
-        rows = {}
+        rows, host_rows = {}, {}
         for share in SHARES:
             load = share * sat["saturation_load"]
-            rows[f"{share:g}"], entry["loads"][f"{share:g}"] = self.at(wl, load)
+            both, entry["loads"][f"{share:g}"] = self.at(wl, load)
+            n = len(systems_for(wl.name))
+            rows[f"{share:g}"], host_rows[f"{share:g}"] = both[:n], both[n:]
         entry["wall_s"] = time.perf_counter() - t0
-        return {"entry": entry, "rows": rows}
+        return {"entry": entry, "rows": rows, "host_rows": host_rows}
 
     def at(self, wl: KvWorkload, load: float) -> tuple[list[dict], dict]:
         """Every system on the evaluated window at `load`: (rows, what the load was and was tuned to)."""
@@ -124,7 +128,10 @@ class KvRun:
         block = setup().sim.block_size
         follow, new = followups(trace, block), oracle_new_tokens(trace, block)
         self.bar.set_postfix_str(f"{wl.name} {load:.3g} every system", refresh=False)
-        rows = self.map(_row, [(trace, s, tuned, self.seed, follow, new) for s in systems_for(wl.name)])
+        systems = list(systems_for(wl.name))
+        if self.host_gib:  # the same rows again, each with the host tier
+            systems += [s.with_host(self.host_gib, self.pooled) for s in systems]
+        rows = self.map(_row, [(trace, s, tuned, self.seed, follow, new) for s in systems])
         info = {
             "load": load,
             "requests": len(trace),
@@ -155,11 +162,15 @@ def run_kv(
     seed: int = 0,
     progress: bool = True,
     jobs: int = 2,
+    host_gib: float = 0.0,
+    pooled: bool = False,
 ) -> dict:
     """The KV-reuse table: {"setting", "workloads" (saturation, loads, tunings), "kv" (workload -> share
     of saturation -> rows), "goals"}. `jobs` > 1: independent simulations (a load's rows, a tuning's
     two searches, full's baselines on history) run in that many processes; every simulation is seeded
-    on its own, so the results are the same as with 1."""
+    on its own, so the results are the same as with 1. `host_gib` > 0: every row also runs with a host
+    KV tier of that many GiB a worker (one per node with `pooled`), into "kv_host", compared in
+    "host_tier" (tuning and saturation stay the untiered rows')."""
     names = list(workloads or WORKLOADS)
     for n in names:
         if n not in WORKLOADS:
@@ -169,23 +180,31 @@ def run_kv(
     near = N_WORKERS // 2 if quick else None  # quick: every split at a workload's first load, then three
     tuning = tuning_runs(quick) + (tunings - 1) * tuning_runs(quick, near)
     total = sum(
-        tuning + (0 if quick else n_probes * len(BASELINES)) + len(SHARES) * len(systems_for(n)) for n in names
+        tuning
+        + (0 if quick else n_probes * len(BASELINES))
+        + len(SHARES) * len(systems_for(n)) * (2 if host_gib else 1)
+        for n in names
     )  # quick: a guess (the tuned splits' neighbourhoods are smaller at the ends)
     bar = tqdm(total=total, desc="kv", unit="run", file=sys.stderr, disable=not progress, mininterval=0.5)
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) if jobs > 1 else None
-    state = KvRun(window_s, seed, quick, bar, n_probes, pool)
+    state = KvRun(window_s, seed, quick, bar, n_probes, pool, host_gib, pooled)
     t0 = time.perf_counter()
     results: dict = {"setting": setting(quick, seed, n_probes) | {"jobs": jobs}, "workloads": {}, "kv": {}}
     try:
         for name in names:
             out = state.workload(WORKLOADS[name])
             results["workloads"][name], results["kv"][name] = out["entry"], out["rows"]
+            if host_gib:
+                results.setdefault("kv_host", {})[name] = out["host_rows"]
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
         bar.close()
     results["goals"] = check_goals(results)
     results["envelope"] = [p.as_json() for p in envelope(results)]
+    if host_gib:
+        results["host_tier"] = host_tier_goals(results) | {"gib_per_worker": host_gib, "pooled": pooled}
+        results["envelope_host"] = [p.as_json() for p in envelope(results, host=True)]
     results["wall_s"] = time.perf_counter() - t0
     return results
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fluidpd.bench.experiments.kv.setting import N_WORKERS, setup
 from fluidpd.placement.plan import CHUNK_BUDGETS, MIN_HISTORY, best_chunk_budget, fixed_split
@@ -17,6 +17,7 @@ POLICY_LABELS = {"chunked": "Sarathi-Serve chunked prefill", "static-pd": "DistS
 QUICK_CHUNK_BUDGETS = (256, 512, 1024)  # full: the placement search's CHUNK_BUDGETS
 QUICK_SPLIT_SPAN = 1  # quick: splits tried either side of the one tuned at the workload's nearest load
 REFERENCE = "static-pd+cache-affinity"  # pure prefix affinity: the hot_prefix reference row
+HOST_SUFFIX = "+host"  # a row's name with the host KV tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +27,16 @@ class System:
     policy: str
     router: str
     baseline: bool = True
+    host_gib: float = 0.0  # a host KV tier of this many GiB a worker (0: none)
+    pooled: bool = False  # ... one per node
 
     @property
     def name(self) -> str:
-        return f"{self.policy}+{self.router}"
+        return f"{self.policy}+{self.router}" + (HOST_SUFFIX if self.host_gib else "")
+
+    def with_host(self, gib: float, pooled: bool) -> System:
+        """The same row with a host KV tier (every row of the tiered table gets the same one)."""
+        return replace(self, host_gib=gib, pooled=pooled)
 
     @property
     def imitates(self) -> str:
@@ -42,8 +49,12 @@ class System:
         """Its cluster as tuned on history: static-pd at the searched split (fluidpd starts there),
         chunked at the searched token budget."""
         if self.policy == "chunked":
-            return setup(tuned["split"], seed, chunk_budget=tuned["chunk_budget"], router=self.router)
-        return setup(tuned["split"], seed, router=self.router)
+            s = setup(tuned["split"], seed, chunk_budget=tuned["chunk_budget"], router=self.router)
+        else:
+            s = setup(tuned["split"], seed, router=self.router)
+        if not self.host_gib:
+            return s
+        return replace(s, sim=replace(s.sim, kv_offloading_size=self.host_gib, kv_offloading_pooled=self.pooled))
 
 
 BASELINES = tuple(System(p, r) for p in ("chunked", "static-pd") for r in ROUTER_NAMES)
