@@ -52,7 +52,7 @@ class Setup:
             fit_chunk_time(roofline),
             attn_pair_s=fit_attention_pair_time(roofline),
             kv_move_s_per_token=self.model.kv_bytes_per_token / self.hardware.nvlink_bw_unidir,
-            kv_load_s_per_token=self.model.kv_bytes_per_token / (self.sim.kv_offloading_bw or self.hardware.pcie_bw),
+            kv_load_s_per_token=self.model.kv_bytes_per_token / roofline.sim_config(self.sim).kv_offloading_bw,
         )
 
     def network(self) -> Network:

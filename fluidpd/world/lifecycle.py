@@ -192,8 +192,7 @@ class World(Elastic, Recovery):
     def _admit(self, w: WorkerState, req: Request | PrefillPiece, need: int) -> int:
         """`req` starts prefilling on `w`: it holds its cached prefix there (a hit advances `prefilled`
         past it; counted at its first admission only, not for a recompute) and `need` blocks in all."""
-        hit = w.take_cached(req) if isinstance(req, Request) else 0
-        loaded, w.loaded = w.loaded, 0
+        hit, loaded = w.take_cached(req) if isinstance(req, Request) else (0, 0)
         if loaded:
             self.host_loaded(w, loaded)
         w.started(req)

@@ -50,7 +50,6 @@ class WorkerState:
         "kv_blocks_total",
         "kv_blocks_used",
         "last_decode_end",
-        "loaded",
         "marks",
         "node",
         "num_prefilling",
@@ -119,7 +118,6 @@ class WorkerState:
         self.cache = PrefixCache()
         self.host: HostTier | None = None  # the host-DRAM tier evicted blocks go to (its own or the node's)
         self.host_hits = 0  # of prefix_cache_hits, tokens loaded from the host tier
-        self.loaded = 0  # blocks loaded from the host tier by admissions not yet timed (the world books the copy)
         self.prefix_cache_queries = 0  # prompt tokens of first admissions here
         self.prefix_cache_hits = 0  # ... whose prefill a cached prefix skipped
         self.prefix_cache_corrections = 0  # admissions whose engine held less than this view (runtime)
@@ -205,9 +203,9 @@ class WorkerState:
         n = self.cache.match(hashes, limit)
         return n, (self.host.match(hashes, n, limit) if self.host is not None else 0)
 
-    def take_cached(self, req: Request) -> int:
+    def take_cached(self, req: Request) -> tuple[int, int]:
         """At `req`'s admission: hold its cached leading blocks, loading the host tier's into the
-        arena (counted in `loaded`); returns the tokens they cover."""
+        arena; returns (the tokens they cover, the blocks loaded from the host tier)."""
         device, host = self.cached_blocks(req)
         self._hold(req, device)
         if host:
@@ -215,8 +213,7 @@ class WorkerState:
             self.host.load(hashes[device : device + host])  # type: ignore[union-attr]  # (recent before room is made)
             self.allocate(host)
             self.free(self.cache.register(req.id, hashes, device + host))
-            self.loaded += host
-        return (device + host) * self.block_size
+        return (device + host) * self.block_size, host
 
     def take_moved(self, req: Request) -> int:
         """Before `req`'s KV moves here: hold the leading blocks of its stored KV (prompt and answer

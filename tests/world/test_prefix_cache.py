@@ -91,7 +91,7 @@ def test_take_cached_holds_live_blocks_without_counting_them_twice():
     a, b = req(1, 64, range(4)), req(2, 80, range(5))
     w.allocate(4)
     w.register(a, 64)
-    assert w.take_cached(b) == 64 and w.kv_blocks_used == 4  # shared with a
+    assert w.take_cached(b) == (64, 0) and w.kv_blocks_used == 4  # shared with a
     w.allocate(1)  # b's own block
     w.register(b, 80)
     assert w.cache.refs == {0: 2, 1: 2, 2: 2, 3: 2, 4: 1} and w.kv_blocks_used == 5

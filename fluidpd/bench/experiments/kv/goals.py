@@ -160,9 +160,7 @@ def host_tier_goals(results: dict) -> dict:
         share = hit.get("of_oracle_0.8", math.nan)
         out[w] = {
             "hit_0.8": hit.get("hit_0.8"),
-            "host_hit_0.8": next(
-                (r["host_hit_rate"] for r in loads.get("0.8", []) if r["system"] == FLUID + HOST_SUFFIX), None
-            ),
+            "host_hit_0.8": (_row(loads.get("0.8", []), FLUID + HOST_SUFFIX) or {}).get("host_hit_rate"),
             "of_oracle_0.8": share,
             "worst_delta": worst,
             "misses": misses,

@@ -111,11 +111,10 @@ class KvRun:
             "saturation": sat,
             "loads": {},
         }
-        rows, host_rows = {}, {}
+        rows, host_rows, n = {}, {}, len(systems_for(wl.name))
         for share in SHARES:
             load = share * sat["saturation_load"]
-            both, entry["loads"][f"{share:g}"] = self.at(wl, load)
-            n = len(systems_for(wl.name))
+            both, entry["loads"][f"{share:g}"] = self.at(wl, load)  # the untiered rows, then any tiered
             rows[f"{share:g}"], host_rows[f"{share:g}"] = both[:n], both[n:]
         entry["wall_s"] = time.perf_counter() - t0
         return {"entry": entry, "rows": rows, "host_rows": host_rows}
