@@ -139,7 +139,12 @@ def simulate_replay(rt: ReplayTrace, run: dict, args):
         get_hardware("cpu-host"),
         Slo(args.ttft_slo, args.tbt_slo),
         sim=SimConfig(
-            n_workers=n, block_size=BLOCK, prefill_kv_fraction=PREFILL_KV_FRACTION, enable_prefix_caching=True
+            n_workers=n,
+            block_size=BLOCK,
+            prefill_kv_fraction=PREFILL_KV_FRACTION,
+            enable_prefix_caching=True,
+            kv_offloading_size=run.get("kv_offloading_size", 0.0),  # the server's node store, if it had one
+            kv_offloading_pooled=True,
         ),
         policy=PolicyConfig(
             prefill_workers=split,

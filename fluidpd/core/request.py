@@ -40,6 +40,7 @@ class Request:
     # first, then the answer where the workload knows it (empty: no reuse)
     block_hashes: Sequence[int] = field(default=())
     cached_tokens: int = 0  # prompt tokens whose prefill its first admission skipped (a cache hit)
+    loaded_tokens: int = 0  # of those, loaded from the host tier
     cache_queried: bool = False  # its first admission looked the cache up (recomputes are not counted)
     queued_hit: int = 0  # until it starts: cached tokens the worker whose queue holds it is expected to skip
     session: int = -1  # closed-loop session (-1: none)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fluidpd.core.blockhash import ROOT, block_hashes
 from fluidpd.engine.block_pool import BlockPool, NoFreeBlocksError
 from fluidpd.engine.sequence import Sequence
@@ -20,6 +22,7 @@ class BlockManager:
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.pool = BlockPool(num_blocks)
+        self.on_free: Callable[[Sequence], None] | None = None  # sees a sequence's blocks before it lets go (offload)
 
     @property
     def num_blocks(self) -> int:
@@ -59,16 +62,16 @@ class BlockManager:
         if not self.enable_caching or seq.block_table:
             return []
         n = (seq.num_tokens - 1) // self.block_size
-        return self.pool.lookup(self._hashes(seq.token_ids, n, seq.block_hashes))
+        return self.pool.lookup(self.hashes(seq.token_ids, n, seq.block_hashes))
 
     def lookup_tokens(self, token_ids: list[int], max_blocks: int | None = None) -> list[int]:
         """Cached block ids of the longest cached full-block prefix of `token_ids` (at most `max_blocks`)."""
         if not self.enable_caching:
             return []
         n = len(token_ids) // self.block_size
-        return self.pool.lookup(self._hashes(token_ids, n if max_blocks is None else min(n, max_blocks), []))
+        return self.pool.lookup(self.hashes(token_ids, n if max_blocks is None else min(n, max_blocks), []))
 
-    def _hashes(self, token_ids: list[int], n: int, known: list[int]) -> list[int]:
+    def hashes(self, token_ids: list[int], n: int, known: list[int]) -> list[int]:
         """The first `n` chained block hashes of `token_ids`, of which `known` are already computed."""
         if len(known) >= n:
             return known[:n]
@@ -127,6 +130,8 @@ class BlockManager:
 
     def free(self, seq: Sequence) -> None:
         """Drop `seq`'s references, tail first: its cached blocks stay findable, its last ones evicted first."""
+        if self.on_free is not None and seq.block_hashes:
+            self.on_free(seq)
         self.pool.release(seq.block_table[::-1])
         seq.block_table = []
 

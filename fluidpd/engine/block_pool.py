@@ -9,6 +9,7 @@ ids and a later shrink of the pool (`resize`) has fewer live blocks to move. Tor
 from __future__ import annotations
 
 import heapq
+import time
 from collections import OrderedDict
 
 
@@ -30,6 +31,9 @@ class BlockPool:
         self._lru: OrderedDict[int, None] = OrderedDict()  # free cached blocks, least recently used first
         self.hash_of: dict[int, int] = {}  # block id -> hash, live or free
         self.block_of: dict[int, int] = {}  # hash -> block id
+        self.freed_at: dict[int, float] = {}  # free cached block -> when its last reference went
+        self.reuse_gaps_s: list[float] = []  # per cached block taken again: seconds it sat free
+        self.idle_before_evict_s: list[float] = []  # per cached block evicted: seconds it sat free
 
     @property
     def num_free(self) -> int:
@@ -57,6 +61,7 @@ class BlockPool:
                 b = heapq.heappop(self._plain)
             else:
                 b, _ = self._lru.popitem(last=False)
+                self.idle_before_evict_s.append(time.monotonic() - self.freed_at.pop(b))
                 self._forget(b)
             self.refs[b] = 1
             out.append(b)
@@ -67,6 +72,7 @@ class BlockPool:
         for b in blocks:
             if self.refs[b] == 0:
                 del self._lru[b]
+                self.reuse_gaps_s.append(time.monotonic() - self.freed_at.pop(b))
             self.refs[b] += 1
 
     def release(self, blocks: list[int]) -> None:
@@ -77,6 +83,7 @@ class BlockPool:
             if self.refs[b] == 0:
                 if b in self.hash_of:
                     self._lru[b] = None
+                    self.freed_at[b] = time.monotonic()
                 else:
                     heapq.heappush(self._plain, b)
 
@@ -101,6 +108,7 @@ class BlockPool:
 
     def _forget(self, block: int) -> None:
         del self.block_of[self.hash_of.pop(block)]
+        self.freed_at.pop(block, None)
 
     # ------------------------------------------------------------------ resize
     def resize(self, num_blocks: int) -> list[tuple[int, int]]:
@@ -142,6 +150,7 @@ class BlockPool:
                 h = self.hash_of.pop(src)
                 self.hash_of[dst], self.block_of[h] = h, dst
         self._lru = OrderedDict((remap.get(b, b), None) for b in self._lru)
+        self.freed_at = {remap.get(b, b): t for b, t in self.freed_at.items()}
         self._plain = rest[len(kept) :]  # sorted: a valid heap
         del self.refs[num_blocks:]
         self.num_blocks = num_blocks

@@ -90,6 +90,9 @@ class EngineConfig:
         "caching: hash-chained blocks, LRU eviction of freed ones)",
     )
 
+    kv_store: str = ""  # a node-shared KV store file (fluidpd.engine.kvstore.shm) behind the arena; "": none
+    kv_store_bytes: int = 0  # its size, if this engine creates it
+
     def __post_init__(self) -> None:
         if self.load_format not in LOAD_FORMATS:
             raise ValueError(f"load_format must be one of {LOAD_FORMATS}, got {self.load_format!r}")
@@ -128,6 +131,8 @@ class EngineConfig:
             _positive("arena_bytes", self.arena_bytes)
         if self.max_model_len is not None:
             _positive("max_model_len", self.max_model_len)
+        if self.kv_store and self.kv_store_bytes < 1:
+            raise ValueError("a KV store (kv_store) needs kv_store_bytes >= 1")
         if self.scratch_bytes < 0:
             raise ValueError(f"scratch_bytes must be >= 0, got {self.scratch_bytes}")
 

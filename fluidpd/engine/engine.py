@@ -27,7 +27,7 @@ from fluidpd.engine.loaders import Checkpoint
 from fluidpd.engine.model import LlamaModel
 from fluidpd.engine.model_loading import check_model, load_model
 from fluidpd.engine.offline import generate
-from fluidpd.engine.outputs import EngineStats, RequestOutput, ResizeResult, StepOutput, StepResult
+from fluidpd.engine.outputs import EngineStats, KVTierActivity, RequestOutput, ResizeResult, StepOutput, StepResult
 from fluidpd.engine.plan import StepPlan, resolve
 from fluidpd.engine.prompts import Prompt, check_prompt, prompt_ids
 from fluidpd.engine.runner import ModelRunner
@@ -35,6 +35,7 @@ from fluidpd.engine.sampling import SamplingParams, sample
 from fluidpd.engine.scheduler import Scheduler
 from fluidpd.engine.sequence import Sequence, SequenceStatus
 from fluidpd.engine.stopping import stop_reason
+from fluidpd.engine.store_tier import StoreTier
 from fluidpd.engine.tokenizer import Tokenizer
 
 __all__ = ["LLMEngine", "load_model"]
@@ -68,12 +69,20 @@ class LLMEngine:
         self.blocks = BlockManager(num_blocks, bs, enable_caching=config.enable_prefix_caching)
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens)
         self.runner = ModelRunner(model, self.arena, bs)
+        self.tier = (
+            StoreTier.open(config.kv_store, config.kv_store_bytes, self.arena, self.blocks, repr(self.kv_layout))
+            if config.kv_store
+            else None
+        )
+        if self.tier is not None:
+            self.scheduler.load_stored = self._load_stored
         self.seqs: dict[str, Sequence] = {}
         self.eos_token_ids = set(mc.eos_token_ids) | set(tokenizer.eos_token_ids if tokenizer else ())
         self._ids = itertools.count()
         self.last_step: StepResult | None = None
         self.prefix_cache_queries = 0  # tokens, see EngineStats
         self.prefix_cache_hits = 0
+        self.prefix_cache_store_hits = 0  # of the hits, tokens loaded from the KV store
 
     # ------------------------------------------------------------------ requests
     def add_request(
@@ -154,6 +163,7 @@ class LLMEngine:
             sum(n for _, n in chunks) - len(plan.decodes),
             len(plan.decodes),
             time.thread_time() - c0,
+            self._tier_activity() if self.blocks.enable_caching else None,
         )
         self.last_step = res
         return res
@@ -169,9 +179,30 @@ class LLMEngine:
             wants.append((seq, seq.num_computed + cached + n, hits))
             chunks.append((seq, cached - len(hits) * bs + n))
         self.blocks.reserve(wants)
+        if self.tier is not None:  # the planned hit's blocks beyond the arena's, from the store
+            for i, (seq, _, cached) in enumerate(wanted):
+                if cached >= bs and not seq.admitted:
+                    chunks[i] = (seq, chunks[i][1] - self._load_stored(seq, cached // bs))
         for seq, _ in chunks:
             self.scheduler.start(seq)
         return chunks
+
+    def _load_stored(self, seq: Sequence, upto_blocks: int) -> int:
+        """Fill `seq`'s allocated blocks after its arena hits, up to `upto_blocks`, from the KV store; tokens loaded."""
+        got = self.tier.load(seq, upto_blocks)  # type: ignore[union-attr]
+        seq.num_loaded_tokens += got
+        return got
+
+    def _tier_activity(self) -> KVTierActivity | None:
+        """The KV tiers' traffic and residency samples since the last step (None: nothing happened)."""
+        pool = self.blocks.pool
+        act = KVTierActivity()
+        if pool.reuse_gaps_s or pool.idle_before_evict_s:
+            act.reuse_gaps_s["device"], act.idle_before_evict_s["device"] = pool.reuse_gaps_s, pool.idle_before_evict_s
+            pool.reuse_gaps_s, pool.idle_before_evict_s = [], []
+        if self.tier is not None:
+            self.tier.report(act)
+        return act if act != KVTierActivity() else None
 
     def _admit(self, seq: Sequence) -> int:
         """Count a sequence's first admission (it starts after `num_computed` cached tokens); its hit."""
@@ -180,6 +211,7 @@ class LLMEngine:
         if self.blocks.enable_caching:
             self.prefix_cache_queries += seq.num_tokens
             self.prefix_cache_hits += seq.num_computed
+            self.prefix_cache_store_hits += seq.num_loaded_tokens
         return seq.num_computed
 
     def _record(self, chunks, sampled, tokens, lps, hits) -> list[StepOutput]:
@@ -198,6 +230,7 @@ class LLMEngine:
                 seq.num_computed,
                 logprobs=None if lp is None else [lp],
                 num_cached_tokens=hits.get(id(seq), 0),
+                num_loaded_tokens=seq.num_loaded_tokens if id(seq) in hits else 0,
             )
             reason = None
             if tok is not None:
@@ -364,4 +397,13 @@ class LLMEngine:
             prefix_cache_hits=self.prefix_cache_hits,
             num_cached_blocks=self.blocks.num_cached,
             num_evictable_blocks=self.blocks.num_evictable,
+            prefix_cache_store_hits=self.prefix_cache_store_hits,
+            kv_store_blocks=len(self.tier.store) if self.tier else 0,
+            kv_store_capacity_blocks=self.tier.store.stats.capacity_blocks if self.tier else 0,
         )
+
+    def close(self) -> None:
+        """Detach from the KV store, if any (the engine computes on without it)."""
+        if self.tier is not None:
+            self.tier.close()
+            self.tier = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fluidpd.engine.sampling import TokenLogprob
 from fluidpd.engine.sequence import Sequence
@@ -47,6 +47,26 @@ class StepOutput:
     logprobs: list[TokenLogprob] | None = None
     output: RequestOutput | None = None  # the whole output, once finished
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache, in the step that admitted it
+    num_loaded_tokens: int = 0  # of those, loaded from the KV store
+
+
+@dataclass
+class KVTierActivity:
+    """What happened to an engine's KV tiers since its last report: the store's traffic (this
+    engine's share), its occupancy, and block residency samples by tier ("device", "store")."""
+
+    loaded_blocks: int = 0
+    loaded_bytes: int = 0
+    load_s: float = 0.0
+    offloaded_blocks: int = 0
+    offloaded_bytes: int = 0
+    offload_s: float = 0.0
+    checksum_failures: int = 0
+    evicted_blocks: int = 0
+    store_used_blocks: int = 0
+    store_capacity_blocks: int = 0
+    reuse_gaps_s: dict[str, list[float]] = field(default_factory=dict)  # seconds a cached block sat before a hit
+    idle_before_evict_s: dict[str, list[float]] = field(default_factory=dict)  # ... before it was evicted
 
 
 @dataclass
@@ -59,6 +79,7 @@ class StepResult:
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
     cpu_s: float = 0.0  # CPU time of the calling thread over the step (cpu_s / step_s: the share of a core it got)
+    kv_tiers: KVTierActivity | None = None  # with prefix caching: what the step did to the KV tiers
 
 
 @dataclass
@@ -91,3 +112,6 @@ class EngineStats:
     prefix_cache_hits: int = 0  # tokens: of those, served from the cache
     num_cached_blocks: int = 0  # blocks indexed by hash, live or evictable
     num_evictable_blocks: int = 0  # free blocks that still hold a cached prefix (counted in num_free_blocks)
+    prefix_cache_store_hits: int = 0  # tokens: of the hits, loaded from the KV store
+    kv_store_blocks: int = 0  # blocks the node's KV store holds now (0: no store)
+    kv_store_capacity_blocks: int = 0

@@ -13,6 +13,7 @@ No admission in a step that preempted.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from fluidpd.engine.block_manager import BlockManager
 from fluidpd.engine.plan import PrefillChunk, StepPlan
@@ -28,6 +29,7 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.load_stored: Callable[[Sequence, int], int] | None = None  # KV store reads after the arena's hits
         self.dropped: list[Sequence] = []  # can never fit this pool; reported by the engine
 
     # ------------------------------------------------------------------ queue changes
@@ -118,6 +120,8 @@ class Scheduler:
                 break
             self.waiting.popleft()
             self.blocks.reserve([want])
+            if self.load_stored is not None:
+                self.load_stored(seq, (seq.num_tokens - 1) // self.blocks.block_size)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             n = min(seq.num_uncomputed, budget)

@@ -39,6 +39,7 @@ class Sequence:
     num_preemptions: int = 0
     block_hashes: list[int] = field(default_factory=list)  # chained hashes of its indexed full blocks
     num_cached_tokens: int = 0  # prompt tokens whose prefill its first admission skipped (prefix cache hits)
+    num_loaded_tokens: int = 0  # of those, loaded from the KV store (the rest were in the arena)
     admitted: bool = False  # it has started in this engine (first admission, or it arrived with KV)
 
     def __post_init__(self) -> None:

@@ -65,6 +65,7 @@ def build_coordinator(
         threads = runtime.threads  # 0: each actor splits its node's cores between the workers there
     probe.model = None  # in-process workers share it through `shared`; the others load their own
     _release_heap()
+    config = with_kv_store(config, runtime, log)
 
     def spawn(i: int):
         return make_worker(runtime.backend, i, config, num_threads=threads, **shared)
@@ -85,7 +86,27 @@ def build_coordinator(
         spawn,
         release=shared["placement"].remove if "placement" in shared else None,
         prefix_caching=config.enable_prefix_caching,
+        kv_store=config.kv_store,
     )
+
+
+def with_kv_store(config, runtime: RuntimeConfig, log):
+    """`config` with a node-shared KV store (a fresh file per run) when `--kv-offloading-size` asks for one:
+    size x workers (on Ray, each node's file is sized so too)."""
+    if not runtime.kv_offloading_size:
+        return config
+    if not config.enable_prefix_caching:
+        raise ValueError("--kv-offloading-size needs prefix caching (drop --no-enable-prefix-caching)")
+    import os
+    import secrets
+    from dataclasses import replace
+
+    from fluidpd.engine.kvstore.shm import default_dir
+
+    path = default_dir() / f"fluidpd-kv-{os.getpid()}-{secrets.token_hex(4)}"
+    size = int(runtime.kv_offloading_size * 2**30 * runtime.workers)
+    log(f"KV store: {size / 2**30:.2f} GiB shared by the node's workers at {path}")
+    return replace(config, kv_store=str(path), kv_store_bytes=size)
 
 
 def measure_host(config, runtime: RuntimeConfig) -> EngineProfile:

@@ -20,6 +20,7 @@ from fluidpd.policy.base import Policy
 from fluidpd.policy.view import StepPlan
 from fluidpd.runtime.api import TokenEvent
 from fluidpd.runtime.kv_moves import KVMoves
+from fluidpd.runtime.kv_tiers import KVTierMeter
 from fluidpd.runtime.live import Live, extend_hashes
 from fluidpd.runtime.messages import WorkerError
 from fluidpd.runtime.recovery import WorkerRecovery
@@ -67,6 +68,7 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         self.losses: list[dict] = []  # every worker lost: when, why, how many requests restarted
         self.kv_bytes_sent = 0  # KV payload bytes the engines exported for moves (fallbacks' included)
         self.kv_move_fallbacks = 0  # KV moves resent whole: the destination had evicted the blocks they skipped
+        self.kv_tiers = KVTierMeter()  # the engines' KV store traffic and block residency
 
     def active(self) -> bool:
         return self.running
@@ -186,7 +188,7 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
             if live is None:
                 continue
             if live.planned_cached >= 0:
-                self._cache_hit(w, live, out.num_cached_tokens)
+                self._cache_hit(w, live, out.num_cached_tokens, out.num_loaded_tokens)
             if out.new_token_ids:
                 first = None if live.out_ids else live.request.cached_tokens
                 live.out_ids.extend(out.new_token_ids)
@@ -198,13 +200,15 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
                 if out.finished:
                     live.finish_reason = "stop" if out.finish_reason == "stop" else "length"
                     live.engine_worker = -1
+        self.kv_tiers.add(result.kv_tiers)
         if self.step_log is not None:
             self._log_step(self.step_log, w, plan, shape, busy, result)
         self.step_end(w, plan, result.step_s, frozenset(stopped))
 
-    def _cache_hit(self, w: WorkerState, live: Live, engine_hit: int) -> None:
+    def _cache_hit(self, w: WorkerState, live: Live, engine_hit: int, engine_loaded: int = 0) -> None:
         """The engine's answer to the hit its admission planned: where it held fewer of the blocks
-        than the World expected (it computed them in the step instead), the engine's figure counts."""
+        than the World expected (it computed them in the step instead), the engine's figures count
+        (the hit, and the part of it loaded from the KV store)."""
         req, planned = live.request, live.planned_cached
         live.planned_cached = -1
         if engine_hit >= planned:
@@ -212,7 +216,8 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         w.prefix_cache_corrections += 1
         if req.cached_tokens == planned and req.preemptions == 0:  # its first admission: the counted one
             w.prefix_cache_hits -= planned - engine_hit
-            req.cached_tokens = engine_hit
+            w.host_hits -= req.loaded_tokens - engine_loaded
+            req.cached_tokens, req.loaded_tokens = engine_hit, engine_loaded
 
     def _log_step(self, log: StepLog, w: WorkerState, plan: StepPlan, shape: StepShape, busy, result) -> None:
         now, start = self.now, self.step_started[w.id]

@@ -47,6 +47,12 @@ class RuntimeConfig:
         "this many seconds, whatever the load (0: none; such a request is served best effort)",
     )
     step_log: str = knob("", "write one JSON line per engine step to this file (shape, engine and wall time)")
+    kv_offloading_size: float = knob(
+        0.0,
+        "GiB of host memory per worker for a node-shared KV store behind the workers' arenas (0: none): "
+        "a request's full KV blocks are written there when it ends, any worker of the node loads them back "
+        "for a later prompt that starts with them (needs prefix caching)",
+    )
     max_waiting: int = knob(512, "refuse (429) new requests while this many wait for their first token")
     scheduling: PolicyConfig = field(default_factory=PolicyConfig)
     fluid: FluidConfig = field(default_factory=FluidConfig)
@@ -63,6 +69,8 @@ class RuntimeConfig:
             raise ValueError(f"threads must be >= 0 (0: cores // workers), got {self.threads}")
         if self.admit_ttft_factor < 0 or self.admit_max_prefill_s < 0 or self.max_waiting < 1:
             raise ValueError("admit_ttft_factor and admit_max_prefill_s must be >= 0, and max_waiting >= 1")
+        if self.kv_offloading_size < 0:
+            raise ValueError(f"kv_offloading_size must be >= 0 GiB, got {self.kv_offloading_size}")
         if self.prefill_chunk_tokens < 1:
             raise ValueError(f"prefill_chunk_tokens must be >= 1, got {self.prefill_chunk_tokens}")
         if self.heartbeat_timeout_s <= 0 or self.step_timeout_s <= 0:

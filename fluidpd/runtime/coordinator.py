@@ -15,6 +15,7 @@ from fluidpd.core.blockhash import block_hashes
 from fluidpd.core.memory import rss_bytes
 from fluidpd.core.metrics import MetricsCollector, hit_rate
 from fluidpd.core.request import Request
+from fluidpd.engine.kvstore.shm import SharedKVStore, slots_for
 from fluidpd.policy.costs import CostModel
 from fluidpd.policy.fluidpd import FluidPD
 from fluidpd.policy.fluidrole import SwitchConflict
@@ -31,6 +32,7 @@ from fluidpd.runtime.profile import EngineProfile
 from fluidpd.runtime.steplog import StepLog
 from fluidpd.runtime.streams import Stream
 from fluidpd.world.events import EventKind
+from fluidpd.world.host_tier import HostTier
 
 
 class Coordinator:
@@ -51,8 +53,10 @@ class Coordinator:
         spawn=None,
         release=None,
         prefix_caching: bool = False,
+        kv_store: str = "",
     ):
         self.prefix_caching = prefix_caching  # the engines cache prefixes: requests carry block hashes
+        self.kv_store = kv_store  # the node-shared KV store's file ("": none)
         self.backends, self.tokenizer, self.model_name = backends, tokenizer, model_name
         self.max_model_len, self.vocab_size, self.config, self.profile = max_model_len, vocab_size, config, profile
         self.kv_blocks, self.block_size, self.kv_bytes_per_token = kv_blocks, block_size, kv_bytes_per_token
@@ -106,6 +110,11 @@ class Coordinator:
             step_log=StepLog(c.step_log) if c.step_log else None,
         )
         cl.prefill_kv_floor = blocks_for(self.max_model_len, self.block_size)
+        if self.kv_store:  # the World's view of the node's store: one tier every worker shares
+            bytes_ = int(c.kv_offloading_size * 2**30 * c.workers)
+            pool = HostTier(slots_for(bytes_, int(self.kv_bytes_per_token * self.block_size)), pooled=True)
+            for w in cl.workers:
+                w.host = pool
         for w in cl.workers:
             if w.role is Role.PREFILL:
                 blocks = cl.remap_blocks(w, Role.PREFILL)
@@ -133,6 +142,8 @@ class Coordinator:
         if self.release is not None:
             self.release()
             self.release = None
+        if self.kv_store:
+            SharedKVStore.unlink(self.kv_store)
 
     # --- requests -------------------------------------------------------------------------
     def submit(self, request: GenerationRequest) -> Stream:
@@ -225,6 +236,11 @@ class Coordinator:
                 "fallbacks": cl.kv_move_fallbacks,  # resent whole: the destination had evicted what they skipped
             },
         }
+        if self.kv_store:  # the node's store: the engines' measured traffic, and the World's view of it
+            host = cl.workers[0].host
+            state["kv_store"] = cl.kv_tiers.store_json(self.kv_store) | {
+                "world_view_blocks": len(host) if host is not None else 0
+            }
         p = self.pressure()
         state.update(ppi=p.ppi, dpi=p.dpi)
         if isinstance(pol, FluidPD):
@@ -264,6 +280,7 @@ class Coordinator:
                     "kv_cache_usage_perc": w.kv_blocks_used / w.kv_blocks_total,
                     "prefix_cache_queries": w.prefix_cache_queries,
                     "prefix_cache_hits": w.prefix_cache_hits,
+                    "prefix_cache_store_hits": w.host_hits,
                 }
                 for w in cl.workers
             ],
@@ -271,7 +288,10 @@ class Coordinator:
             "kv_transfer_bytes_total": cl.kv_bytes_moved,
             "prefill_pressure_index": p.ppi,
             "decode_pressure_index": p.dpi,
+            "kv_tiers": cl.kv_tiers,
         }
+        if self.kv_store:
+            snap["kv_store"] = cl.kv_tiers.store_json(self.kv_store)
         return snap
 
 
@@ -279,6 +299,7 @@ def _worker_json(w, backend) -> dict:
     pid = backend.pid
     return {
         "id": w.id,
+        "pid": pid,  # its process (in-process workers: this one's)
         "role": w.role.value,
         "routable": w.routable,
         "queue": len(w.queue),
@@ -294,6 +315,7 @@ def _worker_json(w, backend) -> dict:
             "cached_blocks": w.cache.num_cached,
             "queries": w.prefix_cache_queries,
             "hits": w.prefix_cache_hits,
+            "store_hits": w.host_hits,  # of the hits, tokens loaded from the node's KV store
             "hit_rate": hit_rate(w.prefix_cache_hits, w.prefix_cache_queries),
             "corrections": w.prefix_cache_corrections,  # admissions where the engine held less than this view
         },

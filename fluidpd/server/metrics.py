@@ -16,13 +16,22 @@ Read from the runtime at scrape time (`runtime.metrics_snapshot()`):
     fluidpd:prefix_cache_queries_total{worker}, fluidpd:prefix_cache_hits_total{worker}
                                            counters, in tokens: prompt tokens looked up in the worker's
                                            prefix cache at their first admission, and those it held
+    fluidpd:prefix_cache_tier_hits_total{worker, tier}   the hits by tier: device (its arena), store
+    fluidpd:kv_offload_bytes_total, _seconds_total, fluidpd:kv_load_bytes_total, _seconds_total
+                                           KV blocks written to / read from the node's KV store
+    fluidpd:kv_store_usage_perc, fluidpd:kv_store_blocks, fluidpd:kv_store_evicted_blocks_total,
+    fluidpd:kv_store_checksum_failures_total   the store's occupancy, evictions, blocks refused on load
+    fluidpd:kv_block_reuse_gap_seconds{tier}, fluidpd:kv_block_idle_before_evict_seconds{tier}
+                                           histograms: how long a cached block sat before a hit, and
+                                           before it was evicted unused (vLLM's residency metrics)
 
 The snapshot contract (every key optional; a missing one is not exported):
     {"num_requests_running": int, "num_requests_waiting": int,
      "prefill_pressure_index": float, "decode_pressure_index": float,
      "role_transitions_total": int, "kv_transfer_bytes_total": float,
      "workers": [{"id": int, "role": "prefill" | "decode" | "colocated" | ..., "kv_cache_usage_perc": float,
-                  "prefix_cache_queries": int, "prefix_cache_hits": int}]}
+                  "prefix_cache_queries": int, "prefix_cache_hits": int, "prefix_cache_store_hits": int}],
+     "kv_tiers": fluidpd.runtime.kv_tiers.KVTierMeter, "kv_store": {...}}
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from __future__ import annotations
 import logging
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 log = logging.getLogger("fluidpd.server.metrics")
 
@@ -157,6 +166,8 @@ class _RuntimeCollector:
             yield kv
             yield role
         yield from _prefix_counters(m, workers)
+        yield from _tier_hits(m, workers)
+        yield from _kv_tier_metrics(m, snap.get("kv_tiers"), "kv_store" in snap)
         if snap.get("kv_transfer_bytes_total") is not None:
             c = CounterMetricFamily(
                 NS + "kv_transfer_bytes",
@@ -185,6 +196,60 @@ def _prefix_counters(model: str, workers: list[dict]):
             c.add_metric([model, wid], float(v))
         if rows:
             yield c
+
+
+def _tier_hits(model: str, workers: list[dict]):
+    c = CounterMetricFamily(
+        NS + "prefix_cache_tier_hits",
+        "Prompt tokens whose prefill a cache tier skipped: device (the worker's arena) or store (the node's).",
+        labels=["model_name", "worker", "tier"],
+    )
+    rows = [w for w in workers if w.get("prefix_cache_hits") is not None]
+    for w in rows:
+        store = w.get("prefix_cache_store_hits") or 0
+        c.add_metric([model, str(w.get("id")), "device"], float(w["prefix_cache_hits"] - store))
+        c.add_metric([model, str(w.get("id")), "store"], float(store))
+    if rows:
+        yield c
+
+
+def _kv_tier_metrics(model: str, meter, has_store: bool):
+    """The KV store's traffic and occupancy (with a store), and the block residency histograms by tier."""
+    if meter is None:
+        return
+    if has_store:
+        for name, value, doc in (
+            ("kv_offload_bytes", meter.offloaded_bytes, "KV bytes written to the node's KV store."),
+            ("kv_offload_seconds", meter.offload_s, "Seconds the workers spent writing to the KV store."),
+            ("kv_load_bytes", meter.loaded_bytes, "KV bytes loaded from the node's KV store into arenas."),
+            ("kv_load_seconds", meter.load_s, "Seconds the workers spent loading from the KV store."),
+            ("kv_store_evicted_blocks", meter.evicted_blocks, "Blocks the KV store evicted for room."),
+            ("kv_store_checksum_failures", meter.checksum_failures, "Store blocks failing their check."),
+        ):
+            c = CounterMetricFamily(NS + name, doc, labels=["model_name"])
+            c.add_metric([model], float(value))
+            yield c
+        cap = meter.store_capacity_blocks
+        for name, value, doc in (
+            ("kv_store_blocks", meter.store_used_blocks, "KV blocks the node's store holds."),
+            ("kv_store_usage_perc", meter.store_used_blocks / cap if cap else 0.0, "Fraction of the KV store used."),
+        ):
+            g = GaugeMetricFamily(NS + name, doc, labels=["model_name"])
+            g.add_metric([model], float(value))
+            yield g
+    for name, hists, doc in (
+        ("kv_block_reuse_gap_seconds", meter.reuse_gap, "Seconds a cached KV block sat unused before a hit."),
+        (
+            "kv_block_idle_before_evict_seconds",
+            meter.idle_before_evict,
+            "Seconds a cached block sat unused till evicted.",
+        ),
+    ):
+        h = HistogramMetricFamily(NS + name, doc, labels=["model_name", "tier"])
+        for tier, b in sorted(hists.items()):
+            h.add_metric([model, tier], b.cumulative(), b.sum)
+        if hists:
+            yield h
 
 
 class ServerMetrics:

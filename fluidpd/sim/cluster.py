@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +20,7 @@ from fluidpd.sim.turns import Turns
 from fluidpd.workload.blockmap import named_tokens, world_block_ids
 from fluidpd.workload.trace import Trace
 from fluidpd.world.events import EventKind, EventLoop
-from fluidpd.world.host_tier import HostTier
+from fluidpd.world.host_tier import attach_host_tiers
 from fluidpd.world.lifecycle import World
 from fluidpd.world.worker import WorkerState
 
@@ -100,14 +99,7 @@ class SimCluster(World):
         if not c.kv_offloading_bw:
             raise ValueError("a host tier needs kv_offloading_bw (a latency model's sim_config fills it)")
         blocks = int(c.kv_offloading_size * 2**30 // (self.kv_bytes_per_token * c.block_size))
-        if c.kv_offloading_pooled:
-            per_node = Counter(w.node for w in self.workers)
-            pools = {n: HostTier(blocks * k, c.kv_offloading_reused_only, pooled=True) for n, k in per_node.items()}
-            for w in self.workers:
-                w.host = pools[w.node]
-        else:
-            for w in self.workers:
-                w.host = HostTier(blocks, c.kv_offloading_reused_only)
+        attach_host_tiers(self.workers, blocks, c.kv_offloading_pooled, c.kv_offloading_reused_only)
 
     def host_loaded(self, w: WorkerState, blocks: int) -> None:
         """A load from the host tier is not overlapped with compute: the worker's next step waits for it."""

@@ -1,17 +1,19 @@
 """A second KV tier in host DRAM: what vLLM's CPU offloading, SGLang HiCache's host pool and Dynamo
 KVBM's G2 hold.
 
-Blocks evicted from a worker's device cache are written here by hash (offloaded); a request whose
-device prefix ends where this tier still holds the next blocks loads them back instead of
-recomputing them. LRU over a bounded number of blocks; `reused_only` stores a block only the second
-time it is evicted (vLLM's `FilterReusedOffloadingManager`: a block evicted once is usually never
-asked for again). One tier per worker, or one shared by a node's workers (Mooncake Store's shape:
-any worker of the node hits what another offloaded). Counted, not stored, like `PrefixCache`.
+A request's full blocks are written here by hash when it releases them (written through, as vLLM's
+offloading connector and SGLang HiCache's default policy do, rather than at eviction: so a
+session's KV outlives a worker that dies or re-slices its arena); a request whose device prefix
+ends where this tier still holds the next blocks loads them back instead of recomputing them. LRU
+over a bounded number of blocks; `reused_only` stores a block only the second time it is released
+(vLLM's `FilterReusedOffloadingManager`: a block seen once is usually never asked for again). One
+tier per worker, or one shared by a node's workers (Mooncake Store's shape: any worker of the node
+hits what another offloaded). Counted, not stored, like `PrefixCache`.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, takewhile
@@ -41,7 +43,7 @@ class HostTier:
         return h in self.lru
 
     def offload(self, hashes: Iterable[int]) -> int:
-        """Blocks evicted from a device cache, oldest first: store them (most recent last); returns
+        """Blocks a request released, least recent first: store them (the last most recent); returns
         how many were written (a block already here is only refreshed)."""
         lru, written = self.lru, 0
         for h in hashes:
@@ -77,3 +79,16 @@ class HostTier:
     def fresh(self) -> HostTier:
         """What a replacement worker gets: the node's pool itself, or an empty tier of its own."""
         return self if self.pooled else HostTier(self.capacity_blocks, self.reused_only)
+
+
+def attach_host_tiers(workers: Sequence, blocks: int, pooled: bool, reused_only: bool = False) -> None:
+    """Give each worker a host tier of `blocks` blocks, or (`pooled`) one per node holding its
+    workers' share together."""
+    if not pooled:
+        for w in workers:
+            w.host = HostTier(blocks, reused_only)
+        return
+    per_node = Counter(w.node for w in workers)
+    pools = {n: HostTier(blocks * k, reused_only, pooled=True) for n, k in per_node.items()}
+    for w in workers:
+        w.host = pools[w.node]

@@ -202,7 +202,7 @@ class World(Elastic, Recovery):
         req.worker = w.id
         if isinstance(req, Request) and not req.cache_queried:
             req.cache_queried = True
-            req.cached_tokens = hit
+            req.cached_tokens, req.loaded_tokens = hit, loaded * w.block_size
             w.prefix_cache_queries += req.prompt_len
             w.prefix_cache_hits += hit
             w.host_hits += loaded * w.block_size

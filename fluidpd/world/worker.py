@@ -184,11 +184,9 @@ class WorkerState:
         self._trim_cache()
 
     def _trim_cache(self) -> None:
-        """Evict the least recently used cached blocks that no longer fit beside the live KV (to the
-        host tier, if any)."""
-        gone = self.cache.evict(self.kv_blocks_used + self.cache.evictable - self.kv_blocks_total)
-        if gone and self.host is not None:
-            self.host.offload(gone)
+        """Evict the least recently used cached blocks that no longer fit beside the live KV (the
+        host tier, if any, has them since their request released them)."""
+        self.cache.evict(self.kv_blocks_used + self.cache.evictable - self.kv_blocks_total)
 
     # --- prefix cache -----------------------------------------------------------------
     def cached_tokens(self, req: Request) -> int:
@@ -245,8 +243,11 @@ class WorkerState:
             return
         if tokens is None:
             tokens = self.stored(req)
-        held, unreferenced = self.cache.release(req.id, hashes, min(len(hashes), tokens // self.block_size), moved)
+        n = min(len(hashes), tokens // self.block_size)
+        held, unreferenced = self.cache.release(req.id, hashes, n, moved)
         self.free(blocks - held + unreferenced)
+        if self.host is not None and n:  # written through, tail first (the tier evicts a prefix's end first)
+            self.host.offload(hashes[n - 1 :: -1])
 
     # --- prefill queue ------------------------------------------------------------------
     def enqueue(self, req: Request | PrefillPiece, front: bool = False, in_order: bool = False) -> None:

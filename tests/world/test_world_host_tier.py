@@ -1,6 +1,6 @@
-"""The host-DRAM KV tier: blocks evicted from a worker's arena are offloaded by hash, a later
-request whose device prefix ends where the tier holds the next blocks loads them back (a hit), and
-a node's pool outlives its workers."""
+"""The host-DRAM KV tier: a request's full blocks are written through to it by hash when it releases
+them, a later request whose device prefix ends where the tier holds the next blocks loads them back
+(a hit), and a node's pool outlives its workers."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_the_tier_is_an_lru_of_hashes_and_matches_a_run_after_the_device_prefix(
         HostTier(0)
 
 
-def test_store_only_reused_writes_a_block_the_second_time_it_is_evicted():
+def test_store_only_reused_writes_a_block_the_second_time_it_is_released():
     t = HostTier(8, reused_only=True)
     assert t.offload([1, 2]) == 0 and not len(t)
     assert t.offload([2, 3]) == 1 and list(t.lru) == [2]
@@ -73,8 +73,10 @@ def test_a_block_one_worker_offloaded_to_the_node_pool_is_a_hit_on_another():
     req = turn(0, 0.0, 96, range(7))
     a.allocate(7)
     a.register(req, 112)
-    a.release(req, blocks=7, tokens=112)  # its 7 blocks stay cached on a, evictable
-    a.allocate(8)  # a stranger's KV: a's cache goes to the pool
+    a.release(req, blocks=7, tokens=112)  # its 7 blocks stay cached on a, evictable, and go to the pool
     again = turn(1, 1.0, 110, [*range(6), 99])
-    assert a.cached_blocks(again) == (0, 6) and b.cached_blocks(again) == (0, 6)
+    assert list(pool.lru) == [6, 5, 4, 3, 2, 1, 0]  # tail first: the prefix's start is the most recent
+    assert a.cached_blocks(again) == (6, 0) and b.cached_blocks(again) == (0, 6)
+    a.allocate(8)  # a stranger's KV evicts a's cache
+    assert a.cached_blocks(again) == (0, 6)
     assert b.take_cached(again) == (96, 6) and b.kv_blocks_used == 6  # 6 blocks loaded from the pool

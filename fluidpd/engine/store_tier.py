@@ -1,0 +1,105 @@
+"""The engine's second KV tier: its arena's full blocks written through to a KV store, and read back.
+
+A sequence's indexed full blocks are written to the store when it lets them go (finished, aborted,
+exported, preempted): written through, not at eviction, so a session's KV outlives the worker that
+computed it (killed, or its arena re-sliced). The blocks go tail first, so the store evicts a
+prefix's end before its start. At admission, the blocks a plan names as cached beyond the arena's own
+hit are read from the store into the blocks just allocated for them (checked there; a block that
+fails is computed with the chunk instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from fluidpd.engine.arena import KVArena
+from fluidpd.engine.block_manager import BlockManager
+from fluidpd.engine.kvstore import KVStore, SharedKVStore
+from fluidpd.engine.outputs import KVTierActivity
+from fluidpd.engine.sequence import Sequence
+
+
+class StoreTier:
+    """Write-through to, and loads from, one KV store for one engine's arena."""
+
+    def __init__(self, store: KVStore, arena: KVArena, blocks: BlockManager) -> None:
+        if store.block_bytes != arena.block_bytes:
+            raise ValueError(f"KV store blocks are {store.block_bytes} bytes, this arena's {arena.block_bytes}")
+        self.store, self.arena, self.blocks = store, arena, blocks
+        blocks.on_free = self.offload
+        self._seen = replace(store.stats)  # counters at the last report
+
+    @classmethod
+    def open(cls, path: str, size_bytes: int, arena: KVArena, blocks: BlockManager, layout: str) -> StoreTier:
+        return cls(SharedKVStore(path, size_bytes, arena.block_bytes, layout), arena, blocks)
+
+    def _bytes(self, block: int) -> np.ndarray | None:
+        """Block `block` of the arena as uint8 (a view on the CPU; None elsewhere: staged)."""
+        if self.arena.device.type != "cpu":
+            return None
+        return self.arena.kv[block].view(-1).view(torch.uint8).numpy()
+
+    def offload(self, seq: Sequence) -> None:
+        """Write `seq`'s indexed full blocks to the store, tail first (those there are refreshed)."""
+        n = len(seq.block_hashes)
+        ids, hashes = seq.block_table[:n][::-1], seq.block_hashes[:n][::-1]
+
+        def fill(i: int, out: np.ndarray) -> None:
+            src = self._bytes(ids[i])
+            if src is None:
+                out[:] = self.arena.kv[ids[i]].reshape(-1).view(torch.uint8).cpu().numpy()
+            else:
+                np.copyto(out, src)
+
+        self.store.put(hashes, fill)
+
+    def load(self, seq: Sequence, upto_blocks: int) -> int:
+        """After its arena hits, fill `seq`'s next blocks (up to `upto_blocks` in all, already
+        allocated) from the store and index them; returns the tokens loaded."""
+        bs = self.blocks.block_size
+        start = seq.num_computed // bs
+        if upto_blocks <= start:
+            return 0
+        hashes = self.blocks.hashes(seq.token_ids, upto_blocks, seq.block_hashes)[start:]
+        ids = seq.block_table[start:upto_blocks]
+        views = [self._bytes(b) for b in ids]
+        staged = views[0] is None
+        if staged:
+            views = [np.empty(self.arena.block_bytes, np.uint8) for _ in ids]
+        got = self.store.get(hashes, views)
+        if staged and got:
+            data = torch.from_numpy(np.stack(views[:got])).view(self.arena.dtype)
+            self.arena.write_blocks(ids[:got], data.view(got, *self.arena.block_shape))
+        seq.num_computed += got * bs
+        self.blocks.register(seq)
+        return got * bs
+
+    def report(self, act: KVTierActivity) -> None:
+        """Add the store's traffic since the last report (and its samples) to `act`."""
+        now, seen = self.store.stats, self._seen
+        for k in (
+            "loaded_blocks",
+            "loaded_bytes",
+            "load_s",
+            "offloaded_blocks",
+            "offloaded_bytes",
+            "offload_s",
+            "checksum_failures",
+            "evicted_blocks",
+        ):
+            setattr(act, k, getattr(now, k) - getattr(seen, k))
+        if act.loaded_blocks or act.offloaded_blocks:
+            act.store_used_blocks, act.store_capacity_blocks = len(self.store), now.capacity_blocks
+        gaps, idle = now.drain_samples()
+        if gaps:
+            act.reuse_gaps_s["store"] = gaps
+        if idle:
+            act.idle_before_evict_s["store"] = idle
+        self._seen = replace(now, reuse_gaps_s=[], idle_before_evict_s=[])
+
+    def close(self) -> None:
+        self.blocks.on_free = None
+        self.store.close()
