@@ -223,7 +223,8 @@ def report(runs: list[dict], fids: list[dict], args, ratio: float) -> None:
     print(f"wrote {args.out}/kv_tier.json and .png", file=sys.stderr)
     print(
         f"kv store: turn-2+ TTFT p50 {speedup:.1f}x lower (goal 3x), hit {rows[1]['real_hit_rate']:.1%} vs "
-        f"{rows[0]['real_hit_rate']:.1%} without, sim within {100 * gap:.1f} points with the store (goal 2), greedy equal "
+        f"{rows[0]['real_hit_rate']:.1%} without, sim within {100 * gap:.1f} points with the store (goal 2), "
+        f"greedy equal "
         f"{eq['sessions_equal']}/{eq['sessions']}"
         + (f", {rows[2]['failed_turns']} turns lost to a killed worker" if killed else "")
     )

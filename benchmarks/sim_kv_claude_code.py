@@ -10,6 +10,10 @@ TTFT p50 / p95, P99 TBT, KV moved per request, requests prefilled on the decode 
 context, role switches.
 
     .venv/bin/python benchmarks/sim_kv_claude_code.py [--concurrency 64 90 128] [--goodput]
+        [--kv-offloading-size GiB [--kv-offloading-pooled]]
+
+--kv-offloading-size: every system with the same host KV tier (the simulator's, per worker; pooled per
+node with --kv-offloading-pooled); hit rates then count both tiers.
 
 --goodput: each system's goodput in concurrent sessions, the highest of a grid (48 .. 128 by 16) at
 which it keeps >= 90% joint attainment over two independent 900 s windows pooled ([3600, 4500) and
@@ -43,6 +47,9 @@ SYSTEMS = (
 )
 
 
+HOST = {"gib": 0.0, "pooled": False}  # --kv-offloading-size / --kv-offloading-pooled: every system alike
+
+
 def run(concurrency: float, system: str, start_s: float = 3600.0) -> dict:
     policy, router = system.split("+")
     trace = load_claude_code(with_hashes=True, sessions=True, concurrency=concurrency).window(start_s, 900)
@@ -50,7 +57,13 @@ def run(concurrency: float, system: str, start_s: float = 3600.0) -> dict:
         get_model("llama-3.1-8b", "bf16"),
         get_hardware("h100"),
         Slo(5.0, 0.05),
-        SimConfig(n_workers=N_WORKERS, enable_prefix_caching=True, step_jitter_cv=JITTER_CV),
+        SimConfig(
+            n_workers=N_WORKERS,
+            enable_prefix_caching=True,
+            step_jitter_cv=JITTER_CV,
+            kv_offloading_size=HOST["gib"],
+            kv_offloading_pooled=HOST["pooled"],
+        ),
         PolicyConfig(prefill_workers=2, router=router),
     )
     res = simulate(trace, policy, setup, keep_requests=True)
@@ -96,9 +109,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrency", type=float, nargs="+", default=[64.0, 90.0, 128.0])
     ap.add_argument("--goodput", action="store_true", help="search each system's goodput on a grid instead")
+    ap.add_argument(
+        "--kv-offloading-size", type=float, default=0.0, help="a host KV tier, GiB per worker (all systems)"
+    )
+    ap.add_argument("--kv-offloading-pooled", action="store_true", help="the tier pooled per node")
     args = ap.parse_args()
-    if min(args.concurrency) <= 0:
-        ap.error("--concurrency must be > 0")
+    if min(args.concurrency) <= 0 or args.kv_offloading_size < 0:
+        ap.error("--concurrency must be > 0, --kv-offloading-size >= 0")
+    HOST.update(gib=args.kv_offloading_size, pooled=args.kv_offloading_pooled)
     if args.goodput:
         goodput()
         return

@@ -41,6 +41,7 @@ class Request:
     block_hashes: Sequence[int] = field(default=())
     cached_tokens: int = 0  # prompt tokens whose prefill its first admission skipped (a cache hit)
     loaded_tokens: int = 0  # of those, loaded from the host tier
+    kv_ready_s: float = 0.0  # its prefix loading from a host tier is in the arena from then on
     cache_queried: bool = False  # its first admission looked the cache up (recomputes are not counted)
     queued_hit: int = 0  # until it starts: cached tokens the worker whose queue holds it is expected to skip
     session: int = -1  # closed-loop session (-1: none)
@@ -90,6 +91,7 @@ class Request:
         already out; the first token, if it was still held back, goes out as it stands."""
         self.prefill_target = self.prompt_len + self.generated
         self.prefilled = 0
+        self.kv_ready_s = 0.0
         self.held_first = False
         self.worker = -1
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence as Seq
 import torch
 
 from fluidpd.engine.arena import KVArena
-from fluidpd.engine.block_manager import BlockManager, Reservation
+from fluidpd.engine.block_manager import BlockManager, NoFreeBlocksError, Reservation
 from fluidpd.engine.block_pool import MissingCachedBlocks
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.handoff import payload_of, sequence_of
@@ -130,6 +130,8 @@ class LLMEngine:
     # ------------------------------------------------------------------ stepping
     def step(self) -> list[StepOutput]:
         """One step planned by the built-in scheduler."""
+        if self.tier is not None:
+            self.tier.flush()  # the scheduler counts free blocks: none held by the store's writer
         plan = self.scheduler.schedule()
         outputs = [self._finish(s, "capacity") for s in self.scheduler.pop_dropped()]
         if plan:
@@ -140,6 +142,8 @@ class LLMEngine:
         """Run exactly `plan` in one forward pass (blocks are allocated as needed)."""
         t0, c0 = time.perf_counter(), time.thread_time()
         wanted = resolve(plan, self._live)
+        if self.tier is not None:
+            self.tier.collect()
         fresh = {id(s) for s, _, _ in wanted if not s.admitted}
         chunks = self._reserve(wanted)
         hits = {id(s): self._admit(s) for s, _ in chunks if id(s) in fresh}
@@ -178,7 +182,7 @@ class LLMEngine:
             hits = self.blocks.lookup(seq)[: cached // bs] if cached else []
             wants.append((seq, seq.num_computed + cached + n, hits))
             chunks.append((seq, cached - len(hits) * bs + n))
-        self.blocks.reserve(wants)
+        self._reserve_room(wants)
         if self.tier is not None:  # the planned hit's blocks beyond the arena's, from the store
             for i, (seq, _, cached) in enumerate(wanted):
                 if cached >= bs and not seq.admitted:
@@ -186,6 +190,16 @@ class LLMEngine:
         for seq, _ in chunks:
             self.scheduler.start(seq)
         return chunks
+
+    def _reserve_room(self, wants: list[Reservation]) -> None:
+        """`blocks.reserve(wants)`; short of blocks while the store's writer holds some: wait for it, then again."""
+        try:
+            self.blocks.reserve(wants)
+        except NoFreeBlocksError:
+            if self.tier is None or not self.tier.pending:
+                raise
+            self.tier.flush()
+            self.blocks.reserve(wants)
 
     def _load_stored(self, seq: Sequence, upto_blocks: int) -> int:
         """Fill `seq`'s allocated blocks after its arena hits, up to `upto_blocks`, from the KV store; tokens loaded."""
@@ -265,7 +279,7 @@ class LLMEngine:
         rid = self.add_request(list(token_ids), SamplingParams(max_tokens=1))
         seq = self.seqs[rid]
         try:
-            self.blocks.reserve([(seq, len(token_ids), [])])
+            self._reserve_room([(seq, len(token_ids), [])])
             out = []
             for n in chunks:
                 ids, pos, meta, _, _ = self.runner.prepare([(seq, n)])
@@ -286,7 +300,10 @@ class LLMEngine:
         use_tqdm: bool = False,
     ) -> list[RequestOutput]:
         """Run prompts to completion (continuous batching); outputs in prompt order."""
-        return generate(self, prompts, params, chat, use_tqdm)
+        outputs = generate(self, prompts, params, chat, use_tqdm)
+        if self.tier is not None:
+            self.tier.flush()  # their blocks are in the store when this returns
+        return outputs
 
     # ------------------------------------------------------------------ KV hand-off
     def export_kv(
@@ -339,7 +356,7 @@ class LLMEngine:
             raise MissingCachedBlocks(
                 f"import of {rid!r} skips {skip} KV blocks, but this engine holds only the first {len(hits)} of them"
             )
-        self.blocks.reserve([(seq, payload.num_computed, hits)])
+        self._reserve_room([(seq, payload.num_computed, hits)])
         self.arena.write_blocks(seq.block_table[skip:], payload.blocks)
         seq.num_computed = payload.num_computed
         seq.admitted = True
@@ -370,6 +387,8 @@ class LLMEngine:
         if not isinstance(num_blocks, int) or not 1 <= num_blocks <= self.arena.max_blocks:
             raise ValueError(f"num_blocks must be in [1, {self.arena.max_blocks}], got {num_blocks!r}")
         t0 = time.perf_counter()
+        if self.tier is not None:
+            self.tier.flush()  # the writer reads blocks by id: none may move under it
         old = self.blocks.num_blocks
         moves = self.blocks.resize(num_blocks, [s for s in self.seqs.values() if s.block_table])
         self.arena.resize(num_blocks, moves)

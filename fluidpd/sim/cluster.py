@@ -80,6 +80,7 @@ class SimCluster(World):
         self._runs: list[_Run] = []  # steps in flight, when contended
         self._copying_from = [0.0] * config.n_workers  # a worker's booked KV copies (CPU transports) ...
         self._copying_until = [0.0] * config.n_workers  # ... run from .. until
+        self._host_link_until = [0.0] * config.n_workers  # loads from the host tier booked until
         self._progress = None
         hashed = config.enable_prefix_caching and trace.hash_block_size
         self._hash_ids = trace.hash_ids if hashed else None  # with caching off, requests carry no hashes
@@ -101,11 +102,14 @@ class SimCluster(World):
         blocks = int(c.kv_offloading_size * 2**30 // (self.kv_bytes_per_token * c.block_size))
         attach_host_tiers(self.workers, blocks, c.kv_offloading_pooled, c.kv_offloading_reused_only)
 
-    def host_loaded(self, w: WorkerState, blocks: int) -> None:
-        """A load from the host tier is not overlapped with compute: the worker's next step waits for it."""
-        self._copy(
-            w, self.loop.now, blocks * self.config.block_size * self.kv_bytes_per_token / self.config.kv_offloading_bw
+    def host_loaded(self, w: WorkerState, blocks: int) -> float:
+        """A load from the host tier runs on the worker's host link beside its steps (after the loads
+        already booked there): the request's chunks wait for it, its neighbours' steps do not."""
+        start = max(self.loop.now, self._host_link_until[w.id])
+        self._host_link_until[w.id] = start + (
+            blocks * self.config.block_size * self.kv_bytes_per_token / self.config.kv_offloading_bw
         )
+        return self._host_link_until[w.id]
 
     def active(self) -> bool:
         return bool(self.outstanding) or bool(self._thinking) or self.loop.now < self.trace.arrival_s[-1]

@@ -4,6 +4,7 @@ runs (`execute`), how KV moves (`transfer`) and how long FluidRole's phases take
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from fluidpd.core.metrics import MetricsCollector
@@ -81,9 +82,10 @@ class World(Elastic, Recovery):
         full blocks (`dst` holds them cached); then call `done(arg)`."""
         raise NotImplementedError
 
-    def host_loaded(self, w: WorkerState, blocks: int) -> None:
+    def host_loaded(self, w: WorkerState, blocks: int) -> float:
         """`w` copies `blocks` KV blocks from its host tier into its arena for a request it admits
-        now (a world with a host tier times the copy)."""
+        now; when they are there (a world that times the copy: later, and the request's chunks wait)."""
+        return self.loop.now
 
     def on_sample(self) -> None:
         """Called after every timeline sample."""
@@ -173,16 +175,25 @@ class World(Elastic, Recovery):
             shape.add_decodes(n, w.decode_ctx_sum + n)
         if w.admitted:
             w.admitted = []
-        for i, (req, c) in enumerate(plan.chunks):
+        now, chunks, wake, full = self.loop.now, [], math.inf, False
+        for req, c in plan.chunks:
             if req.prefilled == 0:
                 need = blocks_for(req.prefill_target, w.block_size)
-                if need > w.free_blocks:  # decode growth took the room the planner counted on
-                    del plan.chunks[i:]
-                    break
+                # decode growth took the room the planner counted on: no admission from here on (the
+                # requests already started, which hold their KV, go on: else they could wait forever)
+                full = full or need > w.free_blocks
+                if full:
+                    continue
                 if self._admit(w, req, need):  # a cached prefix: the chunk starts after it
                     c = min(c, req.prefill_remaining)
-                    plan.chunks[i] = (req, c)
+            if isinstance(req, Request) and req.kv_ready_s > now:  # its prefix is still loading: not yet
+                wake = min(wake, req.kv_ready_s)
+                continue
+            chunks.append((req, c))
             shape.add_chunk(c, req.kv_prior)
+        plan.chunks = chunks
+        if wake < math.inf:
+            self.loop.at(wake, EventKind.SCHEDULE, self._scheduled, w)
         if not plan.chunks and not plan.decode:
             w.busy = False
             return
@@ -194,7 +205,7 @@ class World(Elastic, Recovery):
         past it; counted at its first admission only, not for a recompute) and `need` blocks in all."""
         hit, loaded = w.take_cached(req) if isinstance(req, Request) else (0, 0)
         if loaded:
-            self.host_loaded(w, loaded)
+            req.kv_ready_s = self.host_loaded(w, loaded)  # type: ignore[union-attr]
         w.started(req)
         w.allocate(need - hit // w.block_size)
         w.num_prefilling += 1

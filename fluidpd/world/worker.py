@@ -251,8 +251,9 @@ class WorkerState:
 
     # --- prefill queue ------------------------------------------------------------------
     def enqueue(self, req: Request | PrefillPiece, front: bool = False, in_order: bool = False) -> None:
-        """Queue `req` last, first (`front`), or (`in_order`) behind the queued requests that
-        arrived before it, but never ahead of one already started."""
+        """Queue `req` last, first (`front`: behind the requests already started, which hold their KV
+        here), or (`in_order`) behind the queued requests that arrived before it, but never ahead of
+        one already started."""
         if in_order and isinstance(req, Request):
             i = len(self.queue)
             while i > 0:
@@ -261,8 +262,13 @@ class WorkerState:
                     break
                 i -= 1
             self.queue.insert(i, req)
+        elif front:
+            i = 0
+            while i < len(self.queue) and self.queue[i].worker >= 0:
+                i += 1
+            self.queue.insert(i, req)
         else:
-            (self.queue.appendleft if front else self.queue.append)(req)
+            self.queue.append(req)
         self.queued_tokens += req.prefill_remaining
         if req.prefilled == 0 and isinstance(req, Request) and req.block_hashes:
             req.queued_hit = self.cached_tokens(req)

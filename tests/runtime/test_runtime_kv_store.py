@@ -15,6 +15,7 @@ import pytest
 from rtbackend_help import served_setup, smol
 
 from fluidpd.core.blockhash import block_hashes
+from fluidpd.engine.kvstore.shm import SharedKVStore
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.runtime.api import GenerationRequest
 from fluidpd.runtime.build import build_coordinator
@@ -63,6 +64,11 @@ def test_a_follow_up_turn_loads_its_prefix_from_the_node_store_even_after_its_wo
             assert all(w.cache.match(hashes, 12) == 0 for w in coord.cluster.workers)  # no arena holds it
             b, cached2 = await _ask(coord, "t2", turn2)
             snap1 = coord.metrics_snapshot()
+            written = block_hashes(turn2 + b, BS)[: (len(turn2) + len(b) - 1) // BS]
+            store = SharedKVStore(path, 0, ref.arena.block_bytes, repr(ref.kv_layout))
+            while store.match(written) < len(written):  # the writer thread copies turn 2's blocks out
+                await asyncio.sleep(0.05)
+            store.close()
             holder = max(coord.cluster.workers, key=lambda w: w.cache.match(hashes, 99))
             os.kill(coord.backends[holder.id].pid, signal.SIGKILL)  # the worker that holds turn 2 now
             for _ in range(6000):

@@ -8,6 +8,7 @@ from tinyworld import TinyWorld, requests
 
 from fluidpd.core.request import Request
 from fluidpd.policy.view import Role
+from fluidpd.world.events import EventKind
 
 CASES = [
     ("colocated", 1),
@@ -50,6 +51,25 @@ def test_preemption_by_recompute_in_a_small_pool_loses_no_token():
     assert_clean(world, reqs)
     assert world.workers[0].preemptions > 0
     assert all(r.generated == r.output_len for r in reqs)
+
+
+@pytest.mark.parametrize("policy", ["colocated", "chunked"])
+def test_a_restarted_request_that_does_not_fit_never_stalls_a_started_one(policy):
+    """A 96-token prompt prefills in two chunks holding 6 of 10 blocks; a request restarted to the
+    front of the queue meanwhile needs 6 more: the started one finishes first, then it runs."""
+    world = TinyWorld(policy, 1, kv_blocks=10)
+    started, restarted = Request(1, 0.0, 96, 4), Request(2, 0.0, 96, 4)
+    world.arrive([started])
+
+    def restart(_) -> None:  # as a request whose worker died starts over
+        world.outstanding += 1
+        world.submit(restarted, front=True)
+
+    world.loop.at(0.001, EventKind.ARRIVAL, restart, None)
+    world.run()
+    assert_clean(world, [started, restarted])
+    assert started.finish_s < restarted.first_token_s
+    assert world.workers[0].queue == type(world.workers[0].queue)()
 
 
 def test_a_request_that_can_never_fit_is_rejected_alone():

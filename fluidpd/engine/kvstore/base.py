@@ -32,12 +32,6 @@ class StoreStats:
     reuse_gaps_s: list[float] = field(default_factory=list)  # per loaded block: seconds since last written or used
     idle_before_evict_s: list[float] = field(default_factory=list)  # per evicted block: seconds it sat unused
 
-    def drain_samples(self) -> tuple[list[float], list[float]]:
-        """The histogram samples gathered since the last call (reuse gaps, idle-before-evict)."""
-        out = (self.reuse_gaps_s, self.idle_before_evict_s)
-        self.reuse_gaps_s, self.idle_before_evict_s = [], []
-        return out
-
 
 class KVStore(ABC):
     """Blocks of `block_bytes` bytes by hash; bounded, least recently used evicted first."""
@@ -55,6 +49,11 @@ class KVStore(ABC):
     def get(self, hashes: Sequence[int], dest: Sequence[np.ndarray]) -> int:
         """Copy the leading run of `hashes` held and intact into `dest` (uint8 rows); how many.
         Those blocks become the most recent. A block that fails its check ends the run (counted)."""
+
+    @abstractmethod
+    def report(self) -> StoreStats:
+        """A copy of `stats` and the occupancy now, with the residency samples since the last report
+        (taken out of `stats`)."""
 
     @abstractmethod
     def __len__(self) -> int:

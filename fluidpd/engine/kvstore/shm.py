@@ -23,10 +23,12 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
+import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from hashlib import blake2b
 from pathlib import Path
 
@@ -59,17 +61,19 @@ def slots_for(size_bytes: int, block_bytes: int) -> int:
 
 
 class SharedKVStore(KVStore):
-    """A bounded, LRU, crash-consistent block store in a shared-memory file, one per node."""
+    """A bounded, LRU, crash-consistent block store in a shared-memory file, one per node. The first
+    process to open `path` creates it with `size_bytes`; the others attach to it as it is."""
 
     def __init__(self, path: str | os.PathLike, size_bytes: int, block_bytes: int, layout: str = "") -> None:
         self.path, self.block_bytes = Path(path), block_bytes
         slots = slots_for(size_bytes, block_bytes)
-        if slots < 1:
-            raise ValueError(f"a KV store of {size_bytes} bytes cannot hold one {block_bytes}-byte block")
+        self._tlock = threading.Lock()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             with self._locked():
                 if os.fstat(self._fd).st_size == 0:
+                    if slots < 1:
+                        raise ValueError(f"a KV store of {size_bytes} bytes cannot hold one {block_bytes}-byte block")
                     os.ftruncate(self._fd, _total(slots, block_bytes))
                     self._map(slots)
                     self._header[:6] = [MAGIC, VERSION, block_bytes, slots, 0, fingerprint(layout)]
@@ -102,11 +106,12 @@ class SharedKVStore(KVStore):
 
     @contextmanager
     def _locked(self):
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        with self._tlock:  # flock excludes processes, not threads sharing this descriptor
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     # ------------------------------------------------------------------ reads
     def _slots_of(self, hashes: Sequence[int]) -> dict[int, int]:
@@ -192,9 +197,9 @@ class SharedKVStore(KVStore):
                 s = slot_of[h]
                 e[s, TICK], e[s, TOUCHED] = tick, now
             self._header[H_TICK] = tick
-        self.stats.offloaded_blocks += written
-        self.stats.offloaded_bytes += written * self.block_bytes
-        self.stats.offload_s += time.perf_counter() - t0
+            self.stats.offloaded_blocks += written
+            self.stats.offloaded_bytes += written * self.block_bytes
+            self.stats.offload_s += time.perf_counter() - t0
         return written
 
     def _victims(self, k: int, keep: set[int]) -> list[int]:
@@ -210,14 +215,14 @@ class SharedKVStore(KVStore):
         return idx[np.argsort(key[idx], kind="stable")].tolist()
 
     # ------------------------------------------------------------------ life
-    @property
-    def used_blocks(self) -> int:
-        return len(self)
-
-    def snapshot(self) -> StoreStats:
-        """This process's counters with the store's occupancy now."""
-        self.stats.used_blocks = len(self)
-        return self.stats
+    def report(self) -> StoreStats:
+        """A copy of this process's counters and the store's occupancy now, with the residency samples
+        gathered since the last report (taken out)."""
+        with self._tlock:
+            self.stats.used_blocks = len(self)
+            out = replace(self.stats)
+            self.stats.reuse_gaps_s, self.stats.idle_before_evict_s = [], []
+        return out
 
     def close(self) -> None:
         if self._fd < 0:
