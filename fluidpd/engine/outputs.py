@@ -50,6 +50,18 @@ class StepOutput:
     num_loaded_tokens: int = 0  # of those, loaded from the KV store
 
 
+TRAFFIC = (  # KVTierActivity's counters of the store's traffic
+    "loaded_blocks",
+    "loaded_bytes",
+    "load_s",
+    "offloaded_blocks",
+    "offloaded_bytes",
+    "offload_s",
+    "checksum_failures",
+    "evicted_blocks",
+)
+
+
 @dataclass
 class KVTierActivity:
     """What happened to an engine's KV tiers since its last report: the store's traffic (this

@@ -24,7 +24,7 @@ import torch
 from fluidpd.engine.arena import KVArena
 from fluidpd.engine.block_manager import BlockManager
 from fluidpd.engine.kvstore import KVStore, SharedKVStore
-from fluidpd.engine.outputs import KVTierActivity
+from fluidpd.engine.outputs import TRAFFIC, KVTierActivity
 from fluidpd.engine.sequence import Sequence
 
 
@@ -117,8 +117,7 @@ class StoreTier:
         """Add the store's traffic since the last report (and its samples) to `act`."""
         self.collect()
         now, seen = self.store.report(), self._seen
-        for k in ("loaded_blocks", "loaded_bytes", "load_s", "offloaded_blocks", "offloaded_bytes", "offload_s",
-                  "checksum_failures", "evicted_blocks"):  # fmt: skip
+        for k in TRAFFIC:
             setattr(act, k, getattr(now, k) - getattr(seen, k))
         if act.loaded_blocks or act.offloaded_blocks:
             act.store_used_blocks, act.store_capacity_blocks = now.used_blocks, now.capacity_blocks

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from fluidpd.engine.outputs import KVTierActivity
+from fluidpd.engine.outputs import TRAFFIC, KVTierActivity
 
 RESIDENCY_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 
@@ -46,28 +46,18 @@ class Buckets:
 class KVTierMeter:
     """The engines' KV tier activity, summed since the runtime started."""
 
-    loaded_blocks: int = 0
-    loaded_bytes: int = 0
-    load_s: float = 0.0
-    offloaded_blocks: int = 0
-    offloaded_bytes: int = 0
-    offload_s: float = 0.0
-    checksum_failures: int = 0
-    evicted_blocks: int = 0
-    store_used_blocks: int = 0  # at the last report that saw the store
-    store_capacity_blocks: int = 0
+    traffic: KVTierActivity = field(default_factory=KVTierActivity)  # summed counters; occupancy at the last report
     reuse_gap: dict[str, Buckets] = field(default_factory=dict)  # tier -> histogram
     idle_before_evict: dict[str, Buckets] = field(default_factory=dict)
 
     def add(self, act: KVTierActivity | None) -> None:
         if act is None:
             return
-        for k in ("loaded_blocks", "loaded_bytes", "load_s", "offloaded_blocks", "offloaded_bytes", "offload_s"):
-            setattr(self, k, getattr(self, k) + getattr(act, k))
-        self.checksum_failures += act.checksum_failures
-        self.evicted_blocks += act.evicted_blocks
+        t = self.traffic
+        for k in TRAFFIC:
+            setattr(t, k, getattr(t, k) + getattr(act, k))
         if act.store_capacity_blocks:
-            self.store_used_blocks, self.store_capacity_blocks = act.store_used_blocks, act.store_capacity_blocks
+            t.store_used_blocks, t.store_capacity_blocks = act.store_used_blocks, act.store_capacity_blocks
         for tier, xs in act.reuse_gaps_s.items():
             self.reuse_gap.setdefault(tier, Buckets()).add(xs)
         for tier, xs in act.idle_before_evict_s.items():
@@ -75,17 +65,7 @@ class KVTierMeter:
 
     def store_json(self, path: str) -> dict:
         """/v1/admin/cluster's `kv_store`."""
-        return {
-            "path": path,
-            "capacity_blocks": self.store_capacity_blocks,
-            "used_blocks": self.store_used_blocks,
-            "usage_perc": self.store_used_blocks / self.store_capacity_blocks if self.store_capacity_blocks else 0.0,
-            "offloaded_blocks": self.offloaded_blocks,
-            "offloaded_bytes": self.offloaded_bytes,
-            "offload_s": self.offload_s,
-            "loaded_blocks": self.loaded_blocks,
-            "loaded_bytes": self.loaded_bytes,
-            "load_s": self.load_s,
-            "checksum_failures": self.checksum_failures,
-            "evicted_blocks": self.evicted_blocks,
-        }
+        t = self.traffic
+        used, cap = t.store_used_blocks, t.store_capacity_blocks
+        head = {"path": path, "capacity_blocks": cap, "used_blocks": used, "usage_perc": used / cap if cap else 0.0}
+        return head | {k: getattr(t, k) for k in TRAFFIC}

@@ -217,22 +217,23 @@ def _kv_tier_metrics(model: str, meter, has_store: bool):
     """The KV store's traffic and occupancy (with a store), and the block residency histograms by tier."""
     if meter is None:
         return
+    t = meter.traffic
     if has_store:
         for name, value, doc in (
-            ("kv_offload_bytes", meter.offloaded_bytes, "KV bytes written to the node's KV store."),
-            ("kv_offload_seconds", meter.offload_s, "Seconds the workers spent writing to the KV store."),
-            ("kv_load_bytes", meter.loaded_bytes, "KV bytes loaded from the node's KV store into arenas."),
-            ("kv_load_seconds", meter.load_s, "Seconds the workers spent loading from the KV store."),
-            ("kv_store_evicted_blocks", meter.evicted_blocks, "Blocks the KV store evicted for room."),
-            ("kv_store_checksum_failures", meter.checksum_failures, "Store blocks failing their check."),
+            ("kv_offload_bytes", t.offloaded_bytes, "KV bytes written to the node's KV store."),
+            ("kv_offload_seconds", t.offload_s, "Seconds the workers spent writing to the KV store."),
+            ("kv_load_bytes", t.loaded_bytes, "KV bytes loaded from the node's KV store into arenas."),
+            ("kv_load_seconds", t.load_s, "Seconds the workers spent loading from the KV store."),
+            ("kv_store_evicted_blocks", t.evicted_blocks, "Blocks the KV store evicted for room."),
+            ("kv_store_checksum_failures", t.checksum_failures, "Store blocks failing their check."),
         ):
             c = CounterMetricFamily(NS + name, doc, labels=["model_name"])
             c.add_metric([model], float(value))
             yield c
-        cap = meter.store_capacity_blocks
+        cap = t.store_capacity_blocks
         for name, value, doc in (
-            ("kv_store_blocks", meter.store_used_blocks, "KV blocks the node's store holds."),
-            ("kv_store_usage_perc", meter.store_used_blocks / cap if cap else 0.0, "Fraction of the KV store used."),
+            ("kv_store_blocks", t.store_used_blocks, "KV blocks the node's store holds."),
+            ("kv_store_usage_perc", t.store_used_blocks / cap if cap else 0.0, "Fraction of the KV store used."),
         ):
             g = GaugeMetricFamily(NS + name, doc, labels=["model_name"])
             g.add_metric([model], float(value))
