@@ -15,9 +15,12 @@ own replay with the same store (as prefix_cache_fidelity.py does; target within 
 run 3 the turns lost (target none) and the hit rate of the turns sent after the kill against the same
 turns of run 2. JSON and a by-turn PNG go to --out.
 
-    .venv/bin/python benchmarks/kv_tier.py [--quick] [--resim]
+    .venv/bin/python benchmarks/kv_tier.py [--quick | --no-reuse] [--resim]
 
 About 12 minutes on a busy 2-core host; --quick (10 sessions x 4 turns, no kill run) about 5.
+--no-reuse: the store's cost where nothing is reused: 40 one-turn sessions, each its own system
+prompt (runs 1 and 2 only), TTFT p50 and wall time with the store against without (the store writes
+every block and loads none).
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ def real_run(arm: int, args, kill_after_s: float | None) -> dict:
 
 
 def summary(run: dict, fid: dict) -> dict:
-    later = later_turns(run["results"])
+    later = later_turns(run["results"]) or [t.result for t in run["results"]]  # one-turn sessions: every turn
     return {
         "arm": ARMS[run["arm"]],
         "turn2_ttft_p50_s": ttft_percentile(later, 50),
@@ -159,11 +162,15 @@ def main() -> None:
     ap.add_argument("--max-len", type=int, default=1280, help="--max-model-len")
     ap.add_argument("--store-gib", type=float, default=0.5, help="--kv-offloading-size: GiB per worker, pooled")
     ap.add_argument("--quick", action="store_true", help="10 sessions x 4 turns, no kill run")
+    ap.add_argument("--no-reuse", action="store_true", help="40 one-turn sessions: the store's cost alone")
     ap.add_argument("--resim", action="store_true", help="re-simulate the runs saved in --out (no server)")
     ap.add_argument("--out", type=Path, default=Path("results/kv_tier"))
     args = ap.parse_args()
     if args.quick:
         args.sessions, args.turns = 10, 4
+    if args.no_reuse:
+        args.sessions, args.turns, args.quick = 40, 1, True
+        args.out = args.out.with_name(args.out.name + "_no_reuse")
     args.out.mkdir(parents=True, exist_ok=True)
     context = args.system_tokens + args.turns * (args.new_tokens + args.output_tokens)
     ratio = args.sessions * context / (args.workers * args.num_kv_blocks * BLOCK)
@@ -221,6 +228,15 @@ def report(runs: list[dict], fids: list[dict], args, ratio: float) -> None:
         + ", ".join(f"{r['arm']} {r['sim_hit_rate']:.1%} vs {r['real_hit_rate']:.1%}" for r in rows[1:])
     )
     print(f"wrote {args.out}/kv_tier.json and .png", file=sys.stderr)
+    if args.turns == 1:
+        print(
+            f"no reuse: TTFT p50 {rows[0]['turn2_ttft_p50_s']:.2f} s without the store, "
+            f"{rows[1]['turn2_ttft_p50_s']:.2f} s with it ({1 / speedup:.2f}x); wall {rows[0]['wall_s']:.0f} s vs "
+            f"{rows[1]['wall_s']:.0f} s ({rows[1]['wall_s'] / rows[0]['wall_s']:.2f}x); "
+            f"{(rows[1]['store'] or {}).get('offloaded_blocks', 0)} blocks written, "
+            f"{(rows[1]['store'] or {}).get('loaded_blocks', 0)} loaded"
+        )
+        return
     print(
         f"kv store: turn-2+ TTFT p50 {speedup:.1f}x lower (goal 3x), hit {rows[1]['real_hit_rate']:.1%} vs "
         f"{rows[0]['real_hit_rate']:.1%} without, sim within {100 * gap:.1f} points with the store (goal 2), "

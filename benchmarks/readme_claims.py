@@ -56,6 +56,7 @@ CLAIMS = (
     Claim("prefix_cache", "benchmarks/prefix_cache.py", (*PY, "benchmarks/prefix_cache.py"), 16),
     Claim("sim_prefix_cache", "benchmarks/sim_prefix_cache.py", (*PY, "benchmarks/sim_prefix_cache.py"), 7),
     Claim("kv_tier", "benchmarks/kv_tier.py", (*PY, "benchmarks/kv_tier.py"), 12),
+    Claim("sim_host_tier", "benchmarks/sim_host_tier.py", (*PY, "benchmarks/sim_host_tier.py"), 2),
     Claim("worker_failure", "benchmarks/worker_failure.py", (*PY, "benchmarks/worker_failure.py"), 4),
     Claim("sim_fidelity", "benchmarks/sim_fidelity.py", (*PY, "benchmarks/sim_fidelity.py"), 25),
     Claim("engine_decode", "benchmarks/engine_decode.py", (*PY, "benchmarks/engine_decode.py"), 5),
