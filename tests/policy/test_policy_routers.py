@@ -59,6 +59,18 @@ def test_sglang_goes_to_the_best_match_above_its_threshold_else_the_smallest_cac
     assert r.pick(new(range(8)), [a, b, c], None) in (b, c)
 
 
+def test_sglang_sends_equal_matches_to_the_least_loaded():
+    """A prefix every worker holds (or a node's pooled host tier) ties the match: the least loaded takes
+    it, not always the lowest id (which piled a pooled tier's hits onto worker 0)."""
+    a, b, c = worker(0), worker(1), worker(2)
+    for w in (a, b, c):
+        cache(w, range(6))
+    busy(a, 3)
+    busy(c, 1)
+    r = make_router("sglang-cache-aware")
+    assert r.pick(new(range(8)), [a, b, c], None) is b
+
+
 def test_dynamo_weighs_prefill_blocks_against_active_blocks():
     a, b = worker(0), worker(1)
     cache(a, range(6))

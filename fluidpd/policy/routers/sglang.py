@@ -24,7 +24,8 @@ class SGLangCacheAware(Router):
         hi, lo = max(loads.values()), min(loads.values())
         if hi - lo > self.balance_abs and hi > self.balance_rel * lo:
             return min(pool, key=lambda w: (loads[w.id], w.id))
-        hit, best = max(((w.cached_tokens(req), w) for w in pool), key=lambda x: (x[0], -x[1].id))
+        # equal matches (a prefix every worker holds, or a node's pooled host tier) go to the least loaded
+        hit, best = max(((w.cached_tokens(req), w) for w in pool), key=lambda x: (x[0], -loads[x[1].id], -x[1].id))
         if hit > self.cache_threshold * req.prefill_target:
             return best
         return min(pool, key=lambda w: (w.num_cached_blocks, w.id))
