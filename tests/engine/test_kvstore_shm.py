@@ -85,8 +85,10 @@ def test_a_store_serves_only_one_layout(path):
         SharedKVStore(path, 1 << 20, BLOCK, "model-b")
     with pytest.raises(ValueError, match="another layout"):
         SharedKVStore(path, 1 << 20, 2 * BLOCK, "model-a")
+    tiny = default_dir() / f"fluidpd-test-kv-{uuid.uuid4().hex[:8]}"
     with pytest.raises(ValueError, match="cannot hold one"):
-        SharedKVStore(default_dir() / f"fluidpd-test-kv-{uuid.uuid4().hex[:8]}", 100, BLOCK, "m")
+        SharedKVStore(tiny, 100, BLOCK, "m")
+    assert not tiny.exists()  # a store that could not be made leaves no file
 
 
 def _writer(path: str, ready) -> None:

@@ -73,6 +73,7 @@ class SharedKVStore(KVStore):
             with self._locked():
                 if os.fstat(self._fd).st_size == 0:
                     if slots < 1:
+                        os.unlink(self.path)  # created just now, empty: leave nothing behind
                         raise ValueError(f"a KV store of {size_bytes} bytes cannot hold one {block_bytes}-byte block")
                     os.ftruncate(self._fd, _total(slots, block_bytes))
                     self._map(slots)
