@@ -87,6 +87,7 @@ def build_coordinator(
         release=shared["placement"].remove if "placement" in shared else None,
         prefix_caching=config.enable_prefix_caching,
         kv_store=config.kv_store,
+        kv_store_bytes=config.kv_store_bytes,
     )
 
 

@@ -54,9 +54,10 @@ class Coordinator:
         release=None,
         prefix_caching: bool = False,
         kv_store: str = "",
+        kv_store_bytes: int = 0,
     ):
         self.prefix_caching = prefix_caching  # the engines cache prefixes: requests carry block hashes
-        self.kv_store = kv_store  # the node-shared KV store's file ("": none)
+        self.kv_store, self.kv_store_bytes = kv_store, kv_store_bytes  # the node-shared KV store ("": none)
         self.backends, self.tokenizer, self.model_name = backends, tokenizer, model_name
         self.max_model_len, self.vocab_size, self.config, self.profile = max_model_len, vocab_size, config, profile
         self.kv_blocks, self.block_size, self.kv_bytes_per_token = kv_blocks, block_size, kv_bytes_per_token
@@ -111,8 +112,7 @@ class Coordinator:
         )
         cl.prefill_kv_floor = blocks_for(self.max_model_len, self.block_size)
         if self.kv_store:  # the World's view of the node's store: one tier every worker shares
-            bytes_ = int(c.kv_offloading_size * 2**30 * c.workers)
-            pool = HostTier(slots_for(bytes_, int(self.kv_bytes_per_token * self.block_size)), pooled=True)
+            pool = HostTier(slots_for(self.kv_store_bytes, int(self.kv_bytes_per_token * self.block_size)), pooled=True)
             for w in cl.workers:
                 w.host = pool
         for w in cl.workers:

@@ -27,7 +27,7 @@ class HostTier:
     reused_only: bool = False
     pooled: bool = False  # shared by a node's workers (outlives any one of them)
     lru: OrderedDict = field(default_factory=OrderedDict)
-    seen: OrderedDict = field(default_factory=OrderedDict)  # evicted once, not stored (reused_only)
+    seen: OrderedDict = field(default_factory=OrderedDict)  # released once, not stored (reused_only)
     offloaded_blocks: int = 0  # written here
     loaded_blocks: int = 0  # read back into a device arena
     evicted_blocks: int = 0  # dropped for room

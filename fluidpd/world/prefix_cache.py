@@ -111,13 +111,10 @@ class PrefixCache:
         self.known.update(freed)
         return held, unreferenced
 
-    def evict(self, blocks: int) -> list[int]:
-        """Drop the `blocks` least recently used evictable blocks; returns their hashes, oldest first."""
+    def evict(self, blocks: int) -> None:
+        """Drop the `blocks` least recently used evictable blocks."""
         lru, known, reused = self.lru, self.known, self.reused
-        gone = []
         for _ in range(min(blocks, len(lru))):
             h = lru.popitem(last=False)[0]
             known.discard(h)
             reused.discard(h)
-            gone.append(h)
-        return gone

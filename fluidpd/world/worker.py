@@ -116,7 +116,7 @@ class WorkerState:
         self.tokens_out = 0
         self.role_since = 0.0
         self.cache = PrefixCache()
-        self.host: HostTier | None = None  # the host-DRAM tier evicted blocks go to (its own or the node's)
+        self.host: HostTier | None = None  # the host-DRAM tier released blocks go to (its own or the node's)
         self.host_hits = 0  # of prefix_cache_hits, tokens loaded from the host tier
         self.prefix_cache_queries = 0  # prompt tokens of first admissions here
         self.prefix_cache_hits = 0  # ... whose prefill a cached prefix skipped
