@@ -41,7 +41,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).parent))
 from prefix_cache import add_session_args, equality, free_port, trace_of
-from prefix_cache_fidelity import chat_encoder, cluster_state, evaluate, load_run, logged_lm, save_run
+from prefix_cache_fidelity import chat_encoder, cluster_state, evaluate, load_run, run_record, save_run
 from runtime_azure_code import stop_server, wait_healthy
 
 from fluidpd.bench.loadgen.run import BenchConfig
@@ -99,24 +99,13 @@ def real_run(arm: int, args, kill_after_s: float | None) -> dict:
             stop_server(proc)
     if killed:
         killed["at_s"] -= t0
-    return {
+    return run_record(args.workers, args.sessions, args.num_kv_blocks, before, after, log_path, report) | {
         "arm": arm,
-        "workers": args.workers,
-        "groups": args.sessions,
-        "policy": before["policy"],
-        "max_model_len": before["max_model_len"],
-        "kv_blocks": [w["kv_blocks_total"] for w in before["workers"]],
-        "roles": [w["role"] for w in before["workers"]],
-        "prefill_batch_tokens": logged_lm(log_path),
-        "num_kv_blocks": args.num_kv_blocks,
         "kv_offloading_size": args.store_gib if arm > 0 else 0.0,
-        "world_view": [w["prefix_cache"] for w in after["workers"]],
-        "transitions": [t["to"] for t in after.get("transitions", [])],
         "kv_store": after.get("kv_store"),
         "losses": after.get("losses", []),
         "killed": killed,
         "wall_s": wall,
-        "results": report.results,
     }
 
 

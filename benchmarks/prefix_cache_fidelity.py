@@ -93,6 +93,12 @@ def real_run(workers: int, groups: int, args) -> dict:
             after = cluster_state(url)
         finally:
             stop_server(proc)
+    return run_record(workers, groups, int(cmd[cmd.index("--num-kv-blocks") + 1]), before, after, log_path, report)
+
+
+def run_record(workers: int, groups: int, num_kv_blocks: int, before: dict, after: dict, log_path, report) -> dict:
+    """What `evaluate` reads of one served replay: the server's setup (its cluster state before the
+    replay, its log's L_m), its World's view after, and every turn."""
     return {
         "workers": workers,
         "groups": groups,
@@ -101,7 +107,7 @@ def real_run(workers: int, groups: int, args) -> dict:
         "kv_blocks": [w["kv_blocks_total"] for w in before["workers"]],
         "roles": [w["role"] for w in before["workers"]],
         "prefill_batch_tokens": logged_lm(log_path),
-        "num_kv_blocks": int(cmd[cmd.index("--num-kv-blocks") + 1]),
+        "num_kv_blocks": num_kv_blocks,
         "world_view": [w["prefix_cache"] for w in after["workers"]],
         "roles_after": [w["role"] for w in after["workers"]],
         "transitions": [t["to"] for t in after.get("transitions", [])],
