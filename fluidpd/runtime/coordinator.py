@@ -66,6 +66,7 @@ class Coordinator:
         self.release = release  # called once the workers are closed (e.g. Ray's placement group)
         self._ids = itertools.count()
         self.policy_name = config.policy
+        self.draining = False  # set by drain(): no new requests, the admitted ones finish
 
     @property
     def healthy(self) -> bool:

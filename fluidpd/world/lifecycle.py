@@ -13,7 +13,7 @@ from fluidpd.core.request import Request
 from fluidpd.latency.shape import StepShape
 from fluidpd.policy.base import Policy
 from fluidpd.policy.routing import NoRoutableWorker
-from fluidpd.policy.view import StepPlan, blocks_for
+from fluidpd.policy.view import Role, StepPlan, blocks_for
 from fluidpd.world.elastic import Elastic
 from fluidpd.world.events import EventKind
 from fluidpd.world.links import HANDOFF
@@ -250,6 +250,8 @@ class World(Elastic, Recovery):
                 w.leave(done)
                 w.release(done)
                 self.finish(done)
+        if plan.chunks and w.role is Role.DECODE:
+            w.borrowed_chunks += len(plan.chunks)
         for req, c in plan.chunks:
             req.prefilled += c
             w.queued_tokens -= c

@@ -31,6 +31,7 @@ class WorkerState:
     __slots__ = (
         "admitted",
         "block_size",
+        "borrowed_chunks",
         "buckets",
         "busy",
         "busy_s",
@@ -114,6 +115,7 @@ class WorkerState:
         self.steps = 0
         self.preemptions = 0
         self.tokens_out = 0
+        self.borrowed_chunks = 0  # prefill chunks run here while a decode worker (FluidToken)
         self.role_since = 0.0
         self.cache = PrefixCache()
         self.host: HostTier | None = None  # the host-DRAM tier released blocks go to (its own or the node's)
