@@ -60,6 +60,9 @@ def register(sub) -> None:
     p.set_defaults(chunk_budget=None)  # not given: the knob's default, or with --placement auto chunked's tuned one
     p.add_argument("--out", type=Path, help="write the rows as JSON")
     p.add_argument("--plot", type=Path, help="directory for CDF and timeline PNGs")
+    p.add_argument(
+        "--trace-requests", type=Path, help="write every request's timeline as JSON lines (one per request and policy)"
+    )
     p.add_argument("--goodput", action="store_true", help="binary-search the rate scale at 90%% attainment")
     p.set_defaults(func=run)
 
@@ -83,7 +86,7 @@ def setup_from_args(args) -> Setup:
     )
 
 
-def run_policy(trace: Trace, policy: str, setup: Setup, label: str = "") -> SimResult:
+def run_policy(trace: Trace, policy: str, setup: Setup, label: str = "", before_run=None) -> SimResult:
     horizon = float(trace.arrival_s[-1]) if len(trace) else 0.0
     with tqdm(
         total=len(trace), desc=label or policy, unit="req", delay=2.0, leave=False, mininterval=0.5, file=sys.stderr
@@ -93,7 +96,7 @@ def run_policy(trace: Trace, policy: str, setup: Setup, label: str = "") -> SimR
             bar.set_postfix_str(f"t={now:.0f}/{horizon:.0f}s", refresh=False)
             bar.update(completed - bar.n)
 
-        return simulate(trace, policy, setup, progress)
+        return simulate(trace, policy, setup, progress, before_run=before_run)
 
 
 def run(args) -> int:
@@ -128,8 +131,9 @@ def run(args) -> int:
         setups["chunked"] = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, chunk_budget=b))
         print(f"chunk budget: {b} ({how})", file=sys.stderr)
     results, rows = [], []
+    traces = args.trace_requests.open("w") if args.trace_requests else None
     for name in policies:
-        result = run_policy(trace, name, setups[name])
+        result = run_policy(trace, name, setups[name], before_run=traces and request_timelines(traces, name))
         row = result.row()
         if args.goodput:
             row["goodput_rate_scale"] = goodput_rate_scale(
@@ -142,12 +146,29 @@ def run(args) -> int:
         f"{args.trace} x{args.rate_scale:g}: {len(trace)} requests, {args.n_workers} x {args.gpu} "
         f"{args.model} {args.dtype}, SLO TTFT {args.ttft_slo}s TBT {args.tbt_slo * 1e3:g}ms"
     )
+    if traces:
+        traces.close()
     print_table(rows, title)
     if args.out:
         write_json(rows, args.out)
     if args.plot:
         write_plots(results, setup.slo, args.plot)
     return 0
+
+
+def request_timelines(out, policy: str):
+    """A `before_run` that traces every request of the simulated cluster into `out` (JSON lines)."""
+    import json
+
+    from fluidpd.world.trace import RequestTracer
+
+    def write(trace) -> None:
+        out.write(json.dumps({"policy": policy, **trace.to_json()}) + "\n")
+
+    def before_run(cluster) -> None:
+        cluster.tracer = RequestTracer(write)
+
+    return before_run
 
 
 def placed_split(placement: str, history: Trace | None, setup: Setup) -> tuple[int, str]:

@@ -15,6 +15,7 @@ from fluidpd.world.links import HANDOFF, MIGRATION
 
 if TYPE_CHECKING:
     from fluidpd.policy.base import Policy
+    from fluidpd.world.trace import RequestTracer
     from fluidpd.world.worker import WorkerState
 
 
@@ -40,6 +41,7 @@ class Elastic:
         prefill_kv_fraction: float
         prefill_kv_floor: int
         hold_first_token: bool
+        tracer: RequestTracer | None
         parked_handoffs: deque
         down: set[int]
 
@@ -70,6 +72,8 @@ class Elastic:
         src.dequeue(req)
         req.borrowed = True
         dst.enqueue(req)
+        if self.tracer:
+            self.tracer.mark(req, "borrowed", self.loop.now, dst.id, **{"from": src.id})
         self.schedule(dst)
 
     def _borrow_split(self, a: BorrowSplit) -> None:
@@ -140,6 +144,7 @@ class Elastic:
     def _stop_routing(self, a: StopRouting) -> None:
         w = self.workers[a.worker]
         w.routable = False
+        self._trace_switch(w)
         for req in [r for r in w.queue if r.worker < 0 and not isinstance(r, PrefillPiece)]:
             w.dequeue(req)
             self.submit(req, in_order=True)  # a drained queue keeps its place among the peer's
@@ -180,6 +185,8 @@ class Elastic:
         dst.transfers_in -= 1
         req.migrations += 1
         req.moved = True
+        if self.tracer:
+            self.tracer.transfer_done(req, self.loop.now)
         dst.join(req)
         self.schedule(dst)
         self.schedule(src)
@@ -209,6 +216,7 @@ class Elastic:
         if a.phase in ("remap", "restart"):  # a restart comes back re-sliced and in its new role
             w.resize(self.remap_blocks(w, a.role))  # cached blocks go first; what fits stays
         if a.phase in ("dispatch", "restart"):
+            self._trace_switch(w)
             w.role = a.role
             if a.role is Role.DECODE:
                 self._adopt_held(w)
@@ -218,6 +226,12 @@ class Elastic:
             self.unpark()
         self.apply(self.policy.on_phase_done(w.id, a.phase, self.loop.now))
         self.schedule(w)
+
+    def _trace_switch(self, w) -> None:
+        t = self.policy.transition_of(w.id)
+        if self.tracer and t is not None:
+            on_w = [*w.queue, *w.decoding.values(), *w.held.values(), *w.pulls, *w.incoming]
+            self.tracer.role_switch([r for r in on_w if isinstance(r, Request)], w, t, self.loop.now)
 
     def _adopt_held(self, w) -> None:
         """A former prefill worker decodes the KV it still holds instead of shipping it."""

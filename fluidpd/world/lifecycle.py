@@ -19,6 +19,7 @@ from fluidpd.world.events import EventKind
 from fluidpd.world.links import HANDOFF
 from fluidpd.world.recovery import Recovery
 from fluidpd.world.timeline import Timeline
+from fluidpd.world.trace import RequestTracer
 from fluidpd.world.worker import WorkerState
 
 EWMA = 0.2
@@ -55,6 +56,7 @@ class World(Elastic, Recovery):
         # a handed-off request's first token is released with its first decode step on the decode
         # worker (TTFT a transfer and at most a step later; the hand-off gap bounded by one step)
         self.hold_first_token = False
+        self.tracer: RequestTracer | None = None  # per-request timelines (off unless a world sets one)
         self.init_recovery()
 
     @property
@@ -107,6 +109,8 @@ class World(Elastic, Recovery):
             self.reject(req)
             return
         w.enqueue(req, front, in_order)
+        if self.tracer:
+            self.tracer.queued(req, w, self.loop.now)
         self.schedule(w)
 
     def _arrive_prefilled(self, req: Request) -> None:
@@ -198,6 +202,8 @@ class World(Elastic, Recovery):
             w.busy = False
             return
         w.steps += 1
+        if self.tracer:
+            self.tracer.step_started(w, self.loop.now)
         self.execute(w, plan, shape)
 
     def _admit(self, w: WorkerState, req: Request | PrefillPiece, need: int) -> int:
@@ -217,6 +223,8 @@ class World(Elastic, Recovery):
             w.prefix_cache_queries += req.prompt_len
             w.prefix_cache_hits += hit
             w.host_hits += loaded * w.block_size
+        if self.tracer:
+            self.tracer.admitted(req, w, self.loop.now, hit, loaded)
         if hit:
             req.prefilled = hit
             w.queued_tokens -= hit
@@ -233,6 +241,8 @@ class World(Elastic, Recovery):
         w.release(req)  # its blocks stay cached: the recompute may hit them
         w.preemptions += 1
         req.preemptions += 1
+        if self.tracer:
+            self.tracer.mark(req, "preempted", self.loop.now, w.id)
         req.start_over()
         self.submit(req, front=True)
 
@@ -252,6 +262,8 @@ class World(Elastic, Recovery):
                 self.finish(done)
         if plan.chunks and w.role is Role.DECODE:
             w.borrowed_chunks += len(plan.chunks)
+        if self.tracer:
+            self.tracer.chunks_done(w, plan.chunks, now)
         for req, c in plan.chunks:
             req.prefilled += c
             w.queued_tokens -= c
@@ -331,6 +343,8 @@ class World(Elastic, Recovery):
         dst.allocate(need - skip)
         tokens = WorkerState.stored(req) - skip * dst.block_size
         self.kv_tokens_moved += tokens
+        if self.tracer:
+            self.tracer.transfer_started(req, src, dst, tokens, tokens * self.kv_bytes_per_token, cls, self.loop.now)
         self.transfer(req, src, dst, tokens, cls, done, (req, src, dst), skip)
 
     def _pulled(self, arg: tuple[Request, WorkerState, WorkerState]) -> None:
@@ -341,6 +355,8 @@ class World(Elastic, Recovery):
         src.transfers_out -= 1
         d.transfers_in -= 1
         req.moved = True
+        if self.tracer:
+            self.tracer.transfer_done(req, self.loop.now)
         d.join(req)
         self.schedule(d)
         self.schedule(src)
@@ -398,11 +414,15 @@ class World(Elastic, Recovery):
         """A request that cannot go on (its engine refused it): it ends visibly, counted as a miss."""
         self.outstanding -= 1
         self.metrics.failed += 1
+        if self.tracer:
+            self.tracer.finish(req, self.loop.now, "error", reason)
 
     def reject(self, req: Request) -> None:
         """A request whose KV can never fit in one worker fails visibly instead of waiting forever."""
         self.outstanding -= 1
         self.metrics.rejected += 1
+        if self.tracer:
+            self.tracer.finish(req, self.loop.now, "error", "its KV cannot fit in one worker")
 
     def finish(self, req: Request) -> None:
         req.finish_s = self.loop.now
@@ -410,3 +430,9 @@ class World(Elastic, Recovery):
         req.worker = -1
         self.outstanding -= 1
         self.metrics.on_finish(req)
+        if self.tracer:
+            self.tracer.finish(req, self.loop.now, self.end_reason(req))
+
+    def end_reason(self, req: Request) -> str:
+        """Why a finished request ended, in OpenAI's words (a world that knows better says so)."""
+        return "length"

@@ -22,6 +22,7 @@ from fluidpd.world.worker import WorkerState
 
 if TYPE_CHECKING:
     from fluidpd.policy.base import Policy
+    from fluidpd.world.trace import RequestTracer
 
 
 class Recovery:
@@ -31,6 +32,7 @@ class Recovery:
         policy: Policy
         loop: Any
         workers: list[WorkerState]
+        tracer: RequestTracer | None
 
         @property
         def now(self) -> float: ...
@@ -75,6 +77,8 @@ class Recovery:
 
     def restart(self, req: Request) -> None:
         """`req` starts over from its prompt plus the tokens already out (its KV is gone)."""
+        if self.tracer:
+            self.tracer.mark(req, "restarted", self.now, req.worker)
         req.start_over()
         req.moved = False
         self.submit(req, in_order=True)

@@ -131,6 +131,16 @@ class WorkerState:
         return self.kv_blocks_total - self.kv_blocks_used
 
     @property
+    def num_running(self) -> int:
+        """Requests computed here: decoding, or prefilling a chunk."""
+        return len(self.decoding) + self.num_prefilling
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued here and not started, and hand-offs waiting to be pulled here."""
+        return len(self.queue) - self.num_prefilling + len(self.pulls)
+
+    @property
     def num_decoding(self) -> int:
         """Requests decoding here, including those whose KV arrived during the step in flight."""
         return len(self.decoding) + len(self.incoming)
