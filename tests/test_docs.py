@@ -30,6 +30,7 @@ DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 RUN_TIMEOUT_S = 900  # a hang guard: a one-minute example can take several on a loaded host
 MODES = {"# parse-only": "parse", "# server": "server"}
+HTTP_COMMANDS = ("curl ", "fluidpd bench ", "fluidpd top ")  # what a `# server` block may run
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def test_every_example_is_one_this_test_knows():
     for ex in EXAMPLES:
         for cmd in ex.commands if ex.lang == "bash" else []:
             if ex.mode == "server":
-                assert cmd.startswith(("curl ", "fluidpd bench ")), f"{ex.page}: not an HTTP example: {cmd}"
+                assert cmd.startswith(HTTP_COMMANDS), f"{ex.page}: not an HTTP example: {cmd}"
             else:
                 assert cmd.startswith("fluidpd "), f"{ex.page}: only fluidpd commands run or parse here: {cmd}"
         if ex.lang == "python":

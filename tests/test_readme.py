@@ -20,7 +20,7 @@ MAX_LINES = 150
 
 BASH = [c for lang, b in BLOCKS if lang == "bash" for c in commands(b)]
 PYTHON = [b for lang, b in BLOCKS if lang == "python"]
-ONLINE = [c for c in BASH if c.startswith("curl ") or c.startswith("fluidpd bench ")]
+ONLINE = [c for c in BASH if c.startswith(("curl ", "fluidpd bench ", "fluidpd top "))]
 OFFLINE = [c for c in BASH if c.startswith("fluidpd ") and c not in ONLINE]
 
 

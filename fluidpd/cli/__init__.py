@@ -10,7 +10,7 @@ from fluidpd.core.registry import Registry
 
 # subcommand -> module exposing `register(subparsers)`, which sets `func` on its parser
 COMMANDS: Registry[str] = Registry("command")
-for _name in ("serve", "simulate", "experiment", "place", "bench", "generate", "profile"):
+for _name in ("serve", "top", "simulate", "experiment", "place", "bench", "generate", "profile"):
     COMMANDS.add(_name, f"fluidpd.cli.{_name}")
 
 

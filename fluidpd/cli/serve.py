@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         from fluidpd.runtime.build import build_coordinator
         from fluidpd.server.app import build_app
         from fluidpd.server.auth import loopback
+        from fluidpd.server.drain import DrainingServer
     except ImportError as exc:
         raise ValueError(f"serving needs the serve extras (pip install 'fluidpd[serve]'): {exc}") from None
     t0 = time.perf_counter()
@@ -81,19 +82,18 @@ def run(args: argparse.Namespace) -> int:
     if not loopback(serve.host) and serve.api_key is None:
         _say(f"warning: listening on {serve.host} without --api-key: anyone who reaches the port can use it")
     host = f"[{serve.host}]" if ":" in serve.host else serve.host
-    _say(f"OpenAI API at http://{host}:{serve.port}/v1 (Ctrl-C to stop)")
+    _say(f"OpenAI API at http://{host}:{serve.port}/v1 (Ctrl-C or SIGTERM drains, then stops)")
+    app = build_app(coordinator, config=serve)
+    config = uvicorn.Config(
+        app, host=serve.host, port=serve.port, log_level=serve.log_level, timeout_graceful_shutdown=5
+    )
+    server = DrainingServer(config, coordinator, serve.shutdown_timeout_s)
     try:
-        uvicorn.run(
-            build_app(coordinator, config=serve),
-            host=serve.host,
-            port=serve.port,
-            log_level=serve.log_level,
-            timeout_graceful_shutdown=5,
-        )
-    except KeyboardInterrupt:
+        server.run()
+    except KeyboardInterrupt:  # Ctrl-C before the server took the signal over
         pass
-    _say("stopped")
-    return 0
+    _say("stopped" + (f" ({server.cut} admitted requests cut)" if server.cut else ""))
+    return 1 if server.cut else 0
 
 
 def _say(msg: str) -> None:

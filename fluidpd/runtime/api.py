@@ -59,6 +59,15 @@ class Unavailable(RuntimeError):
     """The runtime cannot serve at all now (every worker lost): HTTP 503."""
 
 
+class Draining(Unavailable):
+    """The runtime is shutting down and admits nothing new (HTTP 503): retry after `retry_after_s`
+    (another replica, or this one restarted)."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class Conflict(ValueError):
     """An admin action the cluster's current state forbids (a worker already switching, the last
     of its role, one not serving): HTTP 409."""
@@ -78,7 +87,17 @@ class ServingRuntime(Protocol):
     def submit(self, request: GenerationRequest) -> RequestStream:
         """Accept a request (ValueError for one that can never run, e.g. too long, LimitExceeded
         for one over an operator's limit; Overloaded for one refused for now: the queue in front of
-        it would make it miss the SLO; Unavailable when nothing can serve)."""
+        it would make it miss the SLO; Unavailable when nothing can serve, Draining while shutting down)."""
+
+    def status(self) -> dict:
+        """/health's body: {"status": "ok" | "degraded" | "draining" | "down", ...}; while draining,
+        `outstanding`: the admitted requests not yet ended."""
+
+    def drain(self) -> None:
+        """Admit nothing new (submit raises Draining); the admitted requests run on."""
+
+    def cut(self) -> int:
+        """End every admitted request now (each stream with an "abort" event); how many there were."""
 
     def cluster_state(self) -> dict:
         """JSON-able: workers (id, role, routable, queue, decoding, kv use), PPI, DPI, state,

@@ -25,6 +25,7 @@ from fluidpd.runtime.live import Live, extend_hashes
 from fluidpd.runtime.messages import WorkerError
 from fluidpd.runtime.recovery import WorkerRecovery
 from fluidpd.runtime.steplog import StepLog, StepRecord
+from fluidpd.runtime.window import RecentWindow
 from fluidpd.world.lifecycle import World
 from fluidpd.world.worker import WorkerState
 
@@ -69,6 +70,7 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         self.kv_bytes_sent = 0  # KV payload bytes the engines exported for moves (fallbacks' included)
         self.kv_move_fallbacks = 0  # KV moves resent whole: the destination had evicted the blocks they skipped
         self.kv_tiers = KVTierMeter()  # the engines' KV store traffic and block residency
+        self.recent: RecentWindow | None = None  # the last minute, for the live view
 
     def active(self) -> bool:
         return self.running
@@ -77,6 +79,8 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
     def add(self, live: Live) -> None:
         self.live[live.request.id] = live
         self.outstanding += 1
+        if self.tracer:
+            self.tracer.begin(live.request, live.stream.request_id)
         self.submit(live.request)
 
     def abort(self, rid: int) -> None:
@@ -96,6 +100,8 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
 
     def reject(self, req: Request) -> None:
         super().reject(req)
+        if self.recent is not None:
+            self.recent.on_failed(self.now)
         live = self.live.pop(req.id, None)
         if live:
             live.stream.put(TokenEvent([], "error", error="the request's KV cannot fit in one worker"))
@@ -105,13 +111,21 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         live = self.live.pop(req.id, None)
         if live is None:
             return
-        reason = live.finish_reason or ("abort" if live.aborted else "length")
+        reason = self.end_reason(req, live)
         if live.aborted and live.engine_worker >= 0:  # the engine still holds it: drop it there
             self.backends[live.engine_worker].submit("abort", live.engine_id)
         live.stream.put(TokenEvent([], reason))
 
+    def end_reason(self, req: Request, live: Live | None = None) -> str:
+        live = live or self.live.get(req.id)
+        if live is None:
+            return "length"
+        return live.finish_reason or ("abort" if live.aborted else "length")
+
     def fail(self, req: Request, reason: str) -> None:
         super().fail(req, reason)
+        if self.recent is not None:
+            self.recent.on_failed(self.now)
         live = self.live.pop(req.id, None)
         if live is None:
             return
@@ -122,6 +136,8 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
     def _close(self, live: Live, reason: str) -> None:
         self.live.pop(live.request.id, None)
         self.outstanding -= 1
+        if self.tracer:
+            self.tracer.finish(live.request, self.now, reason)
         live.stream.put(TokenEvent([], reason))
 
     # --- steps --------------------------------------------------------------------------

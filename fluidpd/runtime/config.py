@@ -54,6 +54,12 @@ class RuntimeConfig:
         "for a later prompt that starts with them (needs prefix caching)",
     )
     max_waiting: int = knob(512, "refuse (429) new requests while this many wait for their first token")
+    request_traces: int = knob(256, "keep the timelines of the last N requests for /v1/admin/traces (0: none)")
+    otlp_traces_endpoint: str = knob(
+        "",
+        "export every request's timeline as OpenTelemetry spans to this OTLP/HTTP endpoint, e.g. "
+        "http://127.0.0.1:4318/v1/traces (empty: off; needs fluidpd[otel])",
+    )
     scheduling: PolicyConfig = field(default_factory=PolicyConfig)
     fluid: FluidConfig = field(default_factory=FluidConfig)
 
@@ -69,6 +75,8 @@ class RuntimeConfig:
             raise ValueError(f"threads must be >= 0 (0: cores // workers), got {self.threads}")
         if self.admit_ttft_factor < 0 or self.admit_max_prefill_s < 0 or self.max_waiting < 1:
             raise ValueError("admit_ttft_factor and admit_max_prefill_s must be >= 0, and max_waiting >= 1")
+        if self.request_traces < 0:
+            raise ValueError(f"request_traces must be >= 0, got {self.request_traces}")
         if self.kv_offloading_size < 0:
             raise ValueError(f"kv_offloading_size must be >= 0 GiB, got {self.kv_offloading_size}")
         if self.prefill_chunk_tokens < 1:

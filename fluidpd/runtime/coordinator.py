@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 from dataclasses import replace
 
 from fluidpd.core.blockhash import block_hashes
-from fluidpd.core.memory import rss_bytes
-from fluidpd.core.metrics import MetricsCollector, hit_rate
 from fluidpd.core.request import Request
 from fluidpd.engine.kvstore.shm import SharedKVStore, slots_for
 from fluidpd.policy.costs import CostModel
@@ -23,16 +20,23 @@ from fluidpd.policy.registry import POLICIES, make_policy
 from fluidpd.policy.telemetry import Pressure, decode_pressure_index, prefill_pressure_index
 from fluidpd.policy.view import Role, blocks_for
 from fluidpd.runtime.admission import TtftEstimate, admit, estimate_ttft
-from fluidpd.runtime.api import Conflict, GenerationRequest, Overloaded, Unavailable
+from fluidpd.runtime.api import Conflict, Draining, GenerationRequest, Overloaded, Unavailable
 from fluidpd.runtime.clock import RealtimeLoop
 from fluidpd.runtime.cluster import RuntimeCluster
+from fluidpd.runtime.cluster_json import transition_json, worker_json
 from fluidpd.runtime.config import RuntimeConfig
 from fluidpd.runtime.live import Live
+from fluidpd.runtime.otel import SpanExport
 from fluidpd.runtime.profile import EngineProfile
 from fluidpd.runtime.steplog import StepLog
 from fluidpd.runtime.streams import Stream
+from fluidpd.runtime.traces import TraceStore
+from fluidpd.runtime.window import RecentWindow, WindowedMetrics
 from fluidpd.world.events import EventKind
 from fluidpd.world.host_tier import HostTier
+from fluidpd.world.trace import RequestTracer
+
+PRESSURE_SAMPLE_S = 1.0  # the live view's PPI/DPI history: one sample a second
 
 
 class Coordinator:
@@ -67,6 +71,8 @@ class Coordinator:
         self._ids = itertools.count()
         self.policy_name = config.policy
         self.draining = False  # set by drain(): no new requests, the admitted ones finish
+        self.recent = RecentWindow(config.slo)  # the last minute, for `fluidpd top` (renewed at start)
+        self.traces: TraceStore | None = None  # the last requests' timelines (config.request_traces)
 
     @property
     def healthy(self) -> bool:
@@ -75,8 +81,11 @@ class Coordinator:
         return cl is not None and cl.failed is None and len(cl.down) < len(cl.workers)
 
     def status(self) -> dict:
-        """/health's body: ok, degraded (some workers lost and being replaced) or down."""
+        """/health's body: ok, degraded (some workers lost and being replaced), draining (shutting
+        down: `outstanding` admitted requests left) or down."""
         cl = self.cluster
+        if self.draining:
+            return {"status": "draining", "outstanding": cl.outstanding if cl is not None else 0}
         if not self.healthy or cl is None:
             return {"status": "down"}
         if cl.down:
@@ -95,8 +104,9 @@ class Coordinator:
         # the real engine has no context-parallel attention: long prompts are not spread
         fluid = replace(c.fluid, token=replace(c.fluid.token, max_split=1))
         policy = make_policy(c.policy, pcfg, fluid, self.costs() if POLICIES.get(c.policy).needs_costs else None)
-        metrics = MetricsCollector(c.slo)
         loop = RealtimeLoop(asyncio.get_running_loop())
+        self.recent = RecentWindow(c.slo)
+        metrics = WindowedMetrics(c.slo, recent=self.recent, clock=loop)
         self.cluster = cl = RuntimeCluster(
             self.backends,
             policy,
@@ -112,6 +122,12 @@ class Coordinator:
             step_log=StepLog(c.step_log) if c.step_log else None,
         )
         cl.prefill_kv_floor = blocks_for(self.max_model_len, self.block_size)
+        cl.recent = self.recent
+        if c.request_traces or c.otlp_traces_endpoint:
+            export = SpanExport.otlp(c.otlp_traces_endpoint) if c.otlp_traces_endpoint else None
+            self.traces = TraceStore(c.request_traces, export)
+            self.traces.start(loop.now)
+            cl.tracer = RequestTracer(self.traces.add)
         if self.kv_store:  # the World's view of the node's store: one tier every worker shares
             pool = HostTier(slots_for(self.kv_store_bytes, int(self.kv_bytes_per_token * self.block_size)), pooled=True)
             for w in cl.workers:
@@ -123,21 +139,44 @@ class Coordinator:
                     await asyncio.wrap_future(self.backends[w.id].submit("resize_kv", blocks))
                     w.kv_blocks_total = blocks
         loop.at(0.0, EventKind.SAMPLE, cl._sample, 1.0)
+        loop.at(0.0, EventKind.SAMPLE, self._sample_pressure)
         loop.at(0.0, EventKind.CONTROL, cl.watch)
         if policy.uses_tick:
             loop.at(0.0, EventKind.CONTROL, cl._control)
+
+    def _sample_pressure(self, _=None) -> None:
+        cl = self.cluster
+        if cl is None or not cl.running:
+            return
+        p = self.pressure()
+        self.recent.sample(cl.now, p.ppi, p.dpi)
+        cl.loop.at(cl.now + PRESSURE_SAMPLE_S, EventKind.SAMPLE, self._sample_pressure)
 
     def costs(self) -> CostModel:
         p = self.profile
         return CostModel(self.config.slo, p.prefill_time, p.chunk_time, p.decode_step_s)
 
+    def drain(self) -> None:
+        """Admit nothing new (submit raises Draining); the admitted requests run on to their end."""
+        self.draining = True
+
+    def cut(self) -> int:
+        """Stop stepping and end every admitted request with an "abort" event; how many there were."""
+        cl = self.cluster
+        if cl is None:
+            return 0
+        cl.running = False
+        live = list(cl.live.values())
+        for one in live:
+            cl._close(one, "abort")
+        return len(live)
+
     async def stop(self) -> None:
-        if self.cluster is not None:
-            self.cluster.running = False
-            for live in list(self.cluster.live.values()):
-                self.cluster._close(live, "abort")
-            if self.cluster.step_log is not None:
-                self.cluster.step_log.close()
+        self.cut()
+        if self.cluster is not None and self.cluster.step_log is not None:
+            self.cluster.step_log.close()
+        if self.traces is not None:
+            self.traces.close()
         for b in self.backends:
             b.close()
         if self.release is not None:
@@ -150,6 +189,8 @@ class Coordinator:
     def submit(self, request: GenerationRequest) -> Stream:
         """Accept a request that can be served (ValueError otherwise: nothing is queued)."""
         cl = self._cluster()
+        if self.draining:
+            raise Draining("the server is shutting down")
         if cl.failed:
             raise Unavailable(f"the runtime has failed: {cl.failed}")
         ids, params = request.prompt_token_ids, request.params
@@ -191,11 +232,16 @@ class Coordinator:
         # (a decoding request's `generated` is synced lazily, but is >= 1 from its first token on)
         waiting = sum(1 for live in cl.live.values() if live.request.generated == 0)
         if waiting >= c.max_waiting:
+            self.recent.on_refused(cl.now)
             raise Overloaded(
                 f"{waiting} requests are waiting for their first token (--max-waiting {c.max_waiting})", 1.0
             )
         if c.admit_ttft_factor > 0 or c.admit_max_prefill_s > 0:
-            admit(self._estimate(cl, req), c.ttft_slo_s, c.admit_ttft_factor, c.admit_max_prefill_s)
+            try:
+                admit(self._estimate(cl, req), c.ttft_slo_s, c.admit_ttft_factor, c.admit_max_prefill_s)
+            except Overloaded:
+                self.recent.on_refused(cl.now)
+                raise
 
     def _cluster(self) -> RuntimeCluster:
         if self.cluster is None:
@@ -229,7 +275,10 @@ class Coordinator:
             "losses": cl.losses[-20:],
             "slo": {"ttft_s": self.config.ttft_slo_s, "tbt_s": self.config.tbt_slo_s},
             "profile": self.profile.summary(self.config.worker_threads),  # measured at startup
-            "workers": [_worker_json(w, cl.backends[w.id]) for w in cl.workers],
+            "draining": self.draining,
+            "workers": [worker_json(w, cl.backends[w.id], cl.policy.transition_of(w.id)) for w in cl.workers],
+            "recent": self.recent.summary(cl.now),  # the last minute
+            "history": self.recent.history(),  # PPI and DPI, one sample a second
             "kv_moves": {  # hand-offs and migrations: what they sent
                 "tokens": cl.kv_tokens_moved,
                 "bytes": cl.kv_bytes_moved,
@@ -248,7 +297,7 @@ class Coordinator:
             state.update(
                 state=pol.state,
                 borrowed=pol.token.borrowed,
-                transitions=[_transition_json(t) for t in pol.transitions[-20:]],
+                transitions=[transition_json(t) for t in pol.transitions[-20:]],
             )
         return state
 
@@ -268,12 +317,21 @@ class Coordinator:
             raise Conflict(str(exc)) from None
         return {"worker": worker_id, "role": role, "accepted": True}
 
+    def request_traces(self, limit: int = 20) -> list[dict]:
+        """The last `limit` finished requests' timelines, newest first (none without --request-traces)."""
+        return self.traces.recent(limit) if self.traces is not None else []
+
+    def request_trace(self, name: str) -> dict | None:
+        """The timeline of the finished request `name` (its response id), if still kept."""
+        return self.traces.find(name) if self.traces is not None else None
+
     def metrics_snapshot(self) -> dict:
         cl = self._cluster()
         p = self.pressure()
+        switching = getattr(cl.policy, "transition", None)  # FluidPD's switch under way
         snap = {
-            "num_requests_running": sum(len(w.decoding) + w.num_prefilling for w in cl.workers),
-            "num_requests_waiting": sum(len(w.queue) - w.num_prefilling + len(w.pulls) for w in cl.workers),
+            "num_requests_running": sum(w.num_running for w in cl.workers),
+            "num_requests_waiting": sum(w.num_waiting for w in cl.workers),
             "workers": [
                 {
                     "id": w.id,
@@ -282,10 +340,20 @@ class Coordinator:
                     "prefix_cache_queries": w.prefix_cache_queries,
                     "prefix_cache_hits": w.prefix_cache_hits,
                     "prefix_cache_store_hits": w.host_hits,
+                    "num_requests_running": w.num_running,
+                    "num_requests_waiting": w.num_waiting,
+                    "step_time_s": w.step_time_ewma_s,
+                    "generation_tokens": w.tokens_out,
+                    "fluidtoken_borrowed_chunks": w.borrowed_chunks,
+                    "kv_cached_blocks": w.cache.num_cached,
+                    "in_transition": switching is not None and switching.worker == w.id,
                 }
                 for w in cl.workers
             ],
             "role_transitions_total": len(getattr(cl.policy, "transitions", [])),
+            "worker_lost_total": len(cl.losses),
+            "draining": bool(self.draining),
+            "slo": {"ttft_s": self.config.ttft_slo_s, "tbt_s": self.config.tbt_slo_s},
             "kv_transfer_bytes_total": cl.kv_bytes_moved,
             "prefill_pressure_index": p.ppi,
             "decode_pressure_index": p.dpi,
@@ -294,49 +362,3 @@ class Coordinator:
         if self.kv_store:
             snap["kv_store"] = cl.kv_tiers.store_json(self.kv_store)
         return snap
-
-
-def _worker_json(w, backend) -> dict:
-    pid = backend.pid
-    return {
-        "id": w.id,
-        "pid": pid,  # its process (in-process workers: this one's)
-        "role": w.role.value,
-        "routable": w.routable,
-        "queue": len(w.queue),
-        "decoding": len(w.decoding),
-        "held": len(w.held),
-        "pulls": len(w.pulls),
-        "kv_blocks_used": w.kv_blocks_used,
-        "kv_blocks_total": w.kv_blocks_total,
-        "step_time_ewma_s": w.step_time_ewma_s,
-        "steps": w.steps,
-        "preemptions": w.preemptions,
-        "prefix_cache": {
-            "cached_blocks": w.cache.num_cached,
-            "queries": w.prefix_cache_queries,
-            "hits": w.prefix_cache_hits,
-            "store_hits": w.host_hits,  # of the hits, tokens loaded from the node's KV store
-            "hit_rate": hit_rate(w.prefix_cache_hits, w.prefix_cache_queries),
-            "corrections": w.prefix_cache_corrections,  # admissions where the engine held less than this view
-        },
-        "rss_bytes": rss_bytes(pid)
-        if pid is not None
-        else 0,  # resident memory of its process (in-process workers share this one's)
-        "own_process": pid is not None and pid != os.getpid(),
-    }
-
-
-def _transition_json(t) -> dict:
-    return {
-        "worker": t.worker,
-        "from": t.src_role.value,
-        "to": t.dst_role.value,
-        "reason": t.reason,
-        "began_s": t.began_s,
-        "phase": t.phase,
-        "epoch": t.epoch,
-        "done": t.done,
-        "durations_s": t.durations(),
-        "total_s": t.total_s if t.done else None,
-    }

@@ -29,12 +29,19 @@ class ServeConfig:
         None,
         "comma-separated Host header names served, '*' any (default: loopback names on a loopback --host, else any)",
     )
+    shutdown_timeout_s: float = knob(
+        30.0,
+        "on SIGTERM/Ctrl-C, how long the admitted requests may take to finish (new ones get 503) before "
+        "they are cut; a second signal cuts them at once",
+    )
 
     def __post_init__(self) -> None:
         self.api_key = self.api_key or os.environ.get("FLUIDPD_API_KEY") or None
         self.admin_key = self.admin_key or os.environ.get("FLUIDPD_ADMIN_KEY") or None
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if not self.shutdown_timeout_s >= 0:
+            raise ValueError(f"shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes must be >= 1024, got {self.max_body_bytes}")
         if self.served_model_name is not None and not self.served_model_name.strip():

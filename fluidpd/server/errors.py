@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -46,6 +47,17 @@ def error_body(
 
 def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param=param)
+
+
+def draining(retry_after_s: float) -> APIError:
+    """The 503 a request gets while the server drains before it exits (a load balancer retries elsewhere)."""
+    return APIError(
+        503,
+        "the server is shutting down and accepts no new requests; retry on another replica",
+        "service_unavailable",
+        code="server_draining",
+        headers={"Retry-After": str(max(1, math.ceil(retry_after_s)))},
+    )
 
 
 def dotted(loc) -> str:

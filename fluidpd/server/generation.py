@@ -18,8 +18,8 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from fluidpd.runtime.api import GenerationRequest, LimitExceeded, Overloaded, TokenEvent, Unavailable
-from fluidpd.server.errors import APIError, bad_request, error_body
+from fluidpd.runtime.api import Draining, GenerationRequest, LimitExceeded, Overloaded, TokenEvent, Unavailable
+from fluidpd.server.errors import APIError, bad_request, draining, error_body
 from fluidpd.server.metrics import RequestTimer
 from fluidpd.server.output import ChoiceOutput
 from fluidpd.server.state import ServerState
@@ -37,6 +37,8 @@ async def generate(state: ServerState, chat: bool, body, raw: Request, ids: list
         raise APIError(400, str(exc), param="messages" if chat else "prompt", code=exc.code) from None
     except ValueError as exc:
         raise bad_request(str(exc), "messages" if chat else "prompt") from None
+    except Draining as exc:
+        raise draining(exc.retry_after_s) from None
     except Unavailable as exc:
         log.error("request %s refused: %s", rid, exc)
         raise APIError(503, "no worker can serve now (see the server log)", "service_unavailable") from None

@@ -6,12 +6,18 @@ Measured by the server itself, per request, at the HTTP layer:
     fluidpd:e2e_request_latency_seconds   histogram: request accepted -> last event
     fluidpd:prompt_tokens_total, fluidpd:generation_tokens_total         counters
     fluidpd:request_success_total{finish_reason}                          counter
+    fluidpd:request_rejected_overload_total   counter: requests refused with 429 by admission control
+    fluidpd:request_slo_attained_total    counter: requests finished (stop, length) meeting the joint SLO
+                                           (TTFT <= the runtime's TTFT SLO and mean TPOT <= its TBT SLO,
+                                           DistServe's; the snapshot's `slo`): divide by request_success_total
 Read from the runtime at scrape time (`runtime.metrics_snapshot()`):
     fluidpd:num_requests_running, fluidpd:num_requests_waiting            gauges
     fluidpd:kv_cache_usage_perc{worker}    gauge, fraction of the worker's KV blocks in use (0..1)
     fluidpd:prefill_pressure_index, fluidpd:decode_pressure_index         gauges
     fluidpd:worker_role{worker, role}      gauge: 1 for the worker's current role, 0 for the others
     fluidpd:role_transitions_total         counter
+    fluidpd:worker_lost_total              counter: workers lost (died, or stopped answering)
+    fluidpd:server_draining                gauge: 1 while the runtime drains (no new requests), else 0
     fluidpd:kv_transfer_bytes_total        counter: KV bytes hand-offs and migrations sent between workers
     fluidpd:prefix_cache_queries_total{worker}, fluidpd:prefix_cache_hits_total{worker}
                                            counters, in tokens: prompt tokens looked up in the worker's
@@ -24,13 +30,24 @@ Read from the runtime at scrape time (`runtime.metrics_snapshot()`):
     fluidpd:kv_block_reuse_gap_seconds{tier}, fluidpd:kv_block_idle_before_evict_seconds{tier}
                                            histograms: how long a cached block sat before a hit, and
                                            before it was evicted unused (vLLM's residency metrics)
+  Per worker ({worker}; fluidpd.server.worker_metrics):
+    fluidpd:worker_num_requests_running, fluidpd:worker_num_requests_waiting   gauges
+    fluidpd:worker_step_time_seconds       gauge: EWMA of the worker's decode step time
+    fluidpd:worker_generation_tokens_total counter: tokens the worker generated
+    fluidpd:fluidtoken_borrowed_chunks_total   counter: prefill chunks the worker ran as a decode worker
+    fluidpd:kv_cached_blocks               gauge: blocks its prefix cache holds
+    fluidpd:worker_in_transition           gauge: 1 while it switches roles
 
 The snapshot contract (every key optional; a missing one is not exported):
     {"num_requests_running": int, "num_requests_waiting": int,
      "prefill_pressure_index": float, "decode_pressure_index": float,
-     "role_transitions_total": int, "kv_transfer_bytes_total": float,
+     "role_transitions_total": int, "kv_transfer_bytes_total": float, "worker_lost_total": int,
+     "draining": bool, "slo": {"ttft_s": float, "tbt_s": float},
      "workers": [{"id": int, "role": "prefill" | "decode" | "colocated" | ..., "kv_cache_usage_perc": float,
-                  "prefix_cache_queries": int, "prefix_cache_hits": int, "prefix_cache_store_hits": int}],
+                  "prefix_cache_queries": int, "prefix_cache_hits": int, "prefix_cache_store_hits": int,
+                  "num_requests_running": int, "num_requests_waiting": int, "step_time_s": float,
+                  "generation_tokens": int, "fluidtoken_borrowed_chunks": int, "kv_cached_blocks": int,
+                  "in_transition": bool}],
      "kv_tiers": fluidpd.runtime.kv_tiers.KVTierMeter, "kv_store": {...}}
 """
 
@@ -40,6 +57,8 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from fluidpd.server.worker_metrics import worker_families
 
 log = logging.getLogger("fluidpd.server.metrics")
 
@@ -165,22 +184,27 @@ class _RuntimeCollector:
         if workers:
             yield kv
             yield role
+        yield from worker_families(m, workers)
         yield from _prefix_counters(m, workers)
         yield from _tier_hits(m, workers)
         yield from _kv_tier_metrics(m, snap.get("kv_tiers"), "kv_store" in snap)
-        if snap.get("kv_transfer_bytes_total") is not None:
-            c = CounterMetricFamily(
-                NS + "kv_transfer_bytes",
-                "KV bytes sent between workers (hand-offs and migrations).",
-                labels=["model_name"],
-            )
-            c.add_metric([m], float(snap["kv_transfer_bytes_total"]))
-            yield c
-        if snap.get("role_transitions_total") is not None:
-            c = CounterMetricFamily(
-                NS + "role_transitions", "Completed worker role transitions.", labels=["model_name"]
-            )
-            c.add_metric([m], float(snap["role_transitions_total"]))
+        yield from _cluster_counters(m, snap)
+        if snap.get("draining") is not None:
+            g = GaugeMetricFamily(NS + "server_draining", "1 while the runtime drains, else 0.", labels=["model_name"])
+            g.add_metric([m], 1.0 if snap["draining"] else 0.0)
+            yield g
+
+
+def _cluster_counters(model: str, snap: dict):
+    """The cluster's counters of KV moved, role switches and workers lost, where reported."""
+    for key, doc in (
+        ("kv_transfer_bytes_total", "KV bytes sent between workers (hand-offs and migrations)."),
+        ("role_transitions_total", "Completed worker role transitions."),
+        ("worker_lost_total", "Workers lost (died or stopped answering)."),
+    ):
+        if snap.get(key) is not None:
+            c = CounterMetricFamily(NS + key.removesuffix("_total"), doc, labels=["model_name"])
+            c.add_metric([model], float(snap[key]))
             yield c
 
 
@@ -293,6 +317,14 @@ class ServerMetrics:
         self._overload = Counter(
             NS + "request_rejected_overload", "Requests refused with 429 by admission control.", labels, registry=reg
         ).labels(model_name)
+        self._slo_attained = Counter(
+            NS + "request_slo_attained",
+            "Finished requests meeting the joint SLO (TTFT and mean TPOT).",
+            labels,
+            registry=reg,
+        ).labels(model_name)
+        self.runtime = runtime
+        self._slo: dict | None = None  # the runtime's SLOs, read from its snapshot at the first finish
         reg.register(_RuntimeCollector(runtime, model_name))
 
     def request(self, accepted_s: float, prompt_tokens: int) -> RequestTimer:
@@ -304,6 +336,22 @@ class ServerMetrics:
 
     def finished(self, reason: str) -> None:
         self._success.labels(self.model_name, reason).inc()
+
+    def slo(self) -> dict:
+        """The runtime's {"ttft_s", "tbt_s"} ({}: it reports none, so no request attains it)."""
+        if self._slo is None:
+            try:
+                self._slo = dict((self.runtime.metrics_snapshot() or {}).get("slo") or {})
+            except Exception:  # noqa: BLE001 - a runtime not started yet: ask again at the next finish
+                log.exception("metrics_snapshot failed")
+                return {}
+        return self._slo
+
+    def attained(self, ttft_s: float, tpot_s: float) -> None:
+        """Count a finished request that met the joint SLO (DistServe's: TTFT and mean TPOT)."""
+        slo = self.slo()
+        if slo and ttft_s <= slo["ttft_s"] and tpot_s <= slo["tbt_s"]:
+            self._slo_attained.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -340,3 +388,6 @@ class RequestTimer:
         self.done = True
         self.m.e2e.observe(now - self.accepted_s)
         self.m.finished(reason)
+        if reason in ("stop", "length") and self.first_s is not None and self.last_s is not None:
+            tpot = (self.last_s - self.first_s) / (self.tokens - 1) if self.tokens > 1 else 0.0
+            self.m.attained(self.first_s - self.accepted_s, tpot)

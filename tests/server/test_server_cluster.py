@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -98,3 +99,115 @@ def test_the_cluster_serves_exactly_its_model_name(cluster_server):
         f"{base}/v1/completions", json={"model": "SmolLM2-135M-Instruct", "prompt": "Hi", "max_tokens": 1}, timeout=30
     )
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+def _admin(base: str) -> dict:
+    return httpx.get(f"{base}/v1/admin/cluster", timeout=30).json()
+
+
+def _switch(base: str, wid: int, role: str) -> None:
+    """Force `wid` into `role` and wait until the transition is done."""
+    r = httpx.post(f"{base}/v1/admin/workers/{wid}/role", json={"role": role}, timeout=30)
+    assert r.status_code == 200, r.text
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        state = _admin(base)
+        t = state["transitions"][-1]
+        if t["worker"] == wid and t["to"] == role and t["done"]:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"worker {wid} never became {role}: {state['transitions'][-1]}")
+
+
+def _top(base: str, capsys) -> str:
+    from fluidpd.cli import main
+
+    assert main(["top", "--url", base, "--once", "--interval", "0.2"]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_request_trace_covers_its_phases_at_the_admin_route_and_as_otel_spans(cluster_server):
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from fluidpd.runtime.otel import SpanExport, tracer_provider
+
+    base, coord = cluster_server.url, cluster_server.runtime
+    if _admin(base)["workers"][1]["role"] != "decode":
+        _switch(base, 1, "decode")
+    decoders = [w["id"] for w in _admin(base)["workers"] if w["role"] == "decode"]
+    memory = InMemorySpanExporter()
+    provider = tracer_provider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    coord.traces.export = SpanExport(provider)
+    try:
+        body = {"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 8, "ignore_eos": True}
+        out = httpx.post(f"{base}/v1/completions", json=body, timeout=300).json()
+    finally:
+        coord.traces.export = None
+    rid = out["id"]
+    t = httpx.get(f"{base}/v1/admin/traces/{rid}", timeout=30).json()
+    assert httpx.get(f"{base}/v1/admin/traces?limit=1", timeout=30).json()["data"][0]["id"] == rid
+    kinds = [e["kind"] for e in t["events"]]
+    for kind in ("arrival", "queued", "admitted", "prefill_chunk", "kv_transfer", "first_token", "decode", "finish"):
+        assert kind in kinds, (kind, kinds)
+    assert kinds[0] == "arrival" and kinds[-1] == "finish" and t["finish_reason"] == "length"
+    assert t["output_tokens"] == 8 and t["prompt_tokens"] == out["usage"]["prompt_tokens"]
+    (move,) = [e for e in t["events"] if e["kind"] == "kv_transfer"]
+    chunks = [e for e in t["events"] if e["kind"] == "prefill_chunk"]
+    decode = [e for e in t["events"] if e["kind"] == "decode"]
+    assert move["class"] == "handoff" and move["bytes"] > 0 and move["worker"] == chunks[-1]["worker"]
+    assert [d["worker"] for d in decode] == [move["to"]] and move["to"] in decoders
+    assert t["arrival_s"] <= t["first_token_s"] <= t["finish_s"] == decode[0]["end_s"]
+    spans = memory.get_finished_spans()
+    (root,) = [s for s in spans if s.name == "fluidpd.request"]
+    assert root.attributes["gen_ai.request.id"] == rid and root.attributes["gen_ai.usage.completion_tokens"] == 8
+    children = sorted(s.name for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id)
+    assert set(children) == {"fluidpd.queued", "fluidpd.prefill_chunk", "fluidpd.kv_transfer", "fluidpd.decode"}
+    assert {e.name for e in root.events} >= {"arrival", "admitted", "first_token", "finish"}
+    assert all(root.start_time <= s.start_time <= s.end_time <= root.end_time for s in spans if s is not root)
+
+
+def test_top_shows_a_role_switch_under_load_and_the_moved_requests_traces_show_it(cluster_server, capsys):
+    import threading
+
+    base = cluster_server.url
+    if _admin(base)["workers"][2]["role"] != "decode":
+        _switch(base, 2, "decode")
+    frame = _top(base, capsys)
+    assert "policy fluidpd" in frame and "PPI" in frame and "DPI" in frame and "last 60 s" in frame
+    assert "worker 2 prefill→decode (admin)" in frame or _admin(base)["transitions"][-1]["from"] == "decode"
+    ids: list[str] = []
+
+    def stream(i: int) -> None:  # the load a `fluidpd bench` would send
+        body = {"model": "smollm2", "prompt": f"Tell story {i}:", "max_tokens": 96, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=600) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    rid = json.loads(line[6:])["id"]
+                    if rid not in ids:
+                        ids.append(rid)
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(6)]
+    for th in threads:
+        th.start()
+    deadline = time.time() + 600
+    while _admin(base)["workers"][2]["decoding"] == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    _switch(base, 2, "prefill")
+    frame = _top(base, capsys)
+    rows = {line.split()[0]: line for line in frame.splitlines() if line.strip()[:1].isdigit()}
+    assert "prefill" in rows["2"], frame  # the role changed ...
+    assert "worker 2 decode→prefill (admin): done in" in frame, frame  # ... and the switch is listed
+    for th in threads:
+        th.join()
+    traces = [httpx.get(f"{base}/v1/admin/traces/{rid}", timeout=30).json() for rid in ids]
+    assert len(traces) == 6 and all(t["output_tokens"] == 96 for t in traces)
+    moved = [t for t in traces if any(e["kind"] == "role_switch" for e in t["events"])]
+    assert moved, [t["events"] for t in traces]
+    for t in moved:
+        switch = next(e for e in t["events"] if e["kind"] == "role_switch")
+        assert (switch["worker"], switch["from"], switch["to"]) == (2, "decode", "prefill")
+        migrations = [e for e in t["events"] if e["kind"] == "kv_transfer" and e["class"] == "migration"]
+        if migrations:
+            assert [e["worker"] for e in t["events"] if e["kind"] == "decode"] == [2, migrations[0]["to"]]

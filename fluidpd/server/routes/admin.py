@@ -1,4 +1,5 @@
-"""The admin API: /v1/admin/cluster (runtime.cluster_state()) and POST /v1/admin/workers/{id}/role."""
+"""The admin API: /v1/admin/cluster (runtime.cluster_state()), /v1/admin/traces (the last requests'
+timelines) and POST /v1/admin/workers/{id}/role."""
 
 from __future__ import annotations
 
@@ -25,6 +26,24 @@ router = APIRouter()
 @router.get("/v1/admin/cluster")
 async def cluster(state: ServerState = Depends(server_state)):
     return JSONResponse(_json(state.runtime.cluster_state()))
+
+
+@router.get("/v1/admin/traces")
+async def traces(limit: int = 20, state: ServerState = Depends(server_state)):
+    """The last `limit` finished requests' timelines, newest first (`--request-traces` are kept)."""
+    if not 1 <= limit <= 10_000:
+        raise bad_request(f"limit must be in [1, 10000], got {limit}", "limit")
+    data = state.runtime.request_traces(limit) if hasattr(state.runtime, "request_traces") else []
+    return JSONResponse(_json({"object": "list", "data": data}))
+
+
+@router.get("/v1/admin/traces/{request_id}")
+async def trace(request_id: str, state: ServerState = Depends(server_state)):
+    """One finished request's timeline, by the id its response carried (404 when no longer kept)."""
+    found = state.runtime.request_trace(request_id) if hasattr(state.runtime, "request_trace") else None
+    if found is None:
+        raise APIError(404, f"no trace of request {request_id!r} is kept", "not_found_error", "request_id")
+    return JSONResponse(_json(found))
 
 
 @router.post("/v1/admin/workers/{worker_id}/role")

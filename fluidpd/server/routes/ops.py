@@ -1,4 +1,4 @@
-"""Operations: /health (200 ok or degraded, 503 down, with a JSON status) and Prometheus /metrics."""
+"""Operations: /health (200 ok or degraded, 503 down or draining, with a JSON status) and Prometheus /metrics."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ async def health(state: ServerState = Depends(server_state)):
     if getattr(runtime, "healthy", True) is False:  # why is in the server log, not in this open route
         return APIError(503, "no worker can serve now", "service_unavailable").response()
     status = runtime.status() if hasattr(runtime, "status") else {"status": "ok"}
-    return JSONResponse(status)
+    return JSONResponse(status, status_code=503 if status.get("status") == "draining" else 200)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
