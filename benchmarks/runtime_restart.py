@@ -31,7 +31,8 @@ import torch
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.plan import PrefillChunk, StepPlan
 from fluidpd.engine.sampling import SamplingParams
-from fluidpd.runtime.process import ProcessWorker, stage_weights
+from fluidpd.runtime.process import ProcessWorker
+from fluidpd.runtime.staging import stage_weights
 from fluidpd.runtime.transport.shm import leftover_segments
 
 

@@ -36,7 +36,7 @@ from fluidpd.sim.config import SimConfig
 from fluidpd.sim.run import Setup, simulate
 from fluidpd.specs.hardware import get_hardware
 from fluidpd.specs.models import get_model
-from fluidpd.workload.loaders import load_claude_code
+from fluidpd.workload.claude_code import load_claude_code
 
 SYSTEMS = (
     "static-pd+shortest-queue",

@@ -36,8 +36,8 @@ from tqdm import tqdm
 
 from fluidpd.core.memory import rss_bytes
 from fluidpd.engine.engine import LLMEngine, load_model
-from fluidpd.runtime.process import stage_weights
 from fluidpd.runtime.profile import profile_engine
+from fluidpd.runtime.staging import stage_weights
 from fluidpd.server import BackgroundServer, build_app
 
 TOPICS = ["the sea", "paged attention", "a small village", "prefill and decode", "the moon", "rivers", "trains"]

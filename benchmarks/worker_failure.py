@@ -28,8 +28,8 @@ from tqdm import tqdm
 
 from fluidpd.engine.engine import LLMEngine, load_model
 from fluidpd.engine.sampling import SamplingParams
-from fluidpd.runtime.process import stage_weights
 from fluidpd.runtime.profile import profile_engine
+from fluidpd.runtime.staging import stage_weights
 
 PROMPTS, MAX_TOKENS = 8, 32
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fluidpd.placement.algorithms import Candidate
-from fluidpd.placement.search import Placement
+from fluidpd.placement.result import Placement
 
 
 def _config(c: Candidate) -> str:

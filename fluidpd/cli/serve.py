@@ -10,6 +10,7 @@ simulator, on the wall clock, with each worker's steps executed on its own engin
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -19,6 +20,7 @@ from fluidpd.engine.config import EngineConfig
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.runtime.config import RuntimeConfig
+from fluidpd.runtime.worker_env import worker_environ
 from fluidpd.server.config import ServeConfig
 
 ENGINE_FLAGS_SKIP = ("seed",)
@@ -56,6 +58,7 @@ def configs(args: argparse.Namespace) -> tuple[EngineConfig, RuntimeConfig, Serv
 
 def run(args: argparse.Namespace) -> int:
     engine, runtime, serve = configs(args)
+    os.environ.update(worker_environ(engine))  # before torch loads OpenMP here: the probe and in-process workers
     placement = links = None
     if runtime.backend == "ray":
         from fluidpd.runtime.ray_links import ray_placement

@@ -177,7 +177,7 @@ def placed_split(placement: str, history: Trace | None, setup: Setup) -> tuple[i
 
     n = setup.sim.n_workers
     if placement != "auto":
-        from fluidpd.placement.search import load_placement
+        from fluidpd.placement.result import load_placement
 
         return split_of(load_placement(Path(placement)), n), f"from {placement}"
     if history is None:

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Sequence as Seq
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from fluidpd.engine.outputs import RequestOutput
+from fluidpd.engine.outputs import RequestOutput, StepOutput
 from fluidpd.engine.prompts import Prompt
 from fluidpd.engine.sampling import SamplingParams
 
-if TYPE_CHECKING:
-    from fluidpd.engine.engine import LLMEngine
+
+class Steppable(Protocol):
+    """What offline generation needs of an engine (LLMEngine): queue a request, step, its scheduler."""
+
+    scheduler: Any
+
+    def add_request(
+        self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None, *, chat: bool = False
+    ) -> str: ...
+
+    def step(self) -> list[StepOutput]: ...
 
 
 def generate(
-    engine: LLMEngine,
+    engine: Steppable,
     prompts: Prompt | list[Prompt],
     params: SamplingParams | Seq[SamplingParams] | None,
     chat: bool,

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from fluidpd.placement.algorithms import algorithm1, algorithm2
-from fluidpd.placement.search import Placement, from_algorithm1, from_algorithm2
+from fluidpd.placement.result import Placement, from_algorithm1, from_algorithm2
 
 GB = 1e9
 

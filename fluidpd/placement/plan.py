@@ -11,7 +11,8 @@ from typing import Any
 from fluidpd.core.metrics import Slo
 from fluidpd.latency.config import LatencyConfig
 from fluidpd.placement.config import PlaceConfig
-from fluidpd.placement.search import Placement, Progress, search
+from fluidpd.placement.result import Placement
+from fluidpd.placement.search import Progress, search
 from fluidpd.placement.simulated import SimulatedGoodput
 from fluidpd.sim.config import SimConfig
 from fluidpd.sim.run import Setup, simulate

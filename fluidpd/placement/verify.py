@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from fluidpd.placement.search import Evaluator, Placement
+from fluidpd.placement.result import Placement
+from fluidpd.placement.search import Evaluator
 from fluidpd.placement.simulated import SimulatedGoodput
 
 

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.polynomial import Polynomial
 from fluidpd.core.request import Request
-from fluidpd.policy.actions import Borrow, BorrowSplit
+from fluidpd.policy.borrowing import Borrowing
 from fluidpd.policy.jitter import JitterTracker, OverrunTracker
 from fluidpd.policy.stepplan import Admission, chunks_within, on_time_first
-from fluidpd.policy.view import ClusterView, Role, StepPlan, WorkerView, blocks_for
+from fluidpd.policy.view import StepPlan, WorkerView
 
 EWMA = 0.2
 SCALE_GAIN, MIN_SCALE, MAX_SCALE = 0.2, 0.25, 20.0
@@ -73,7 +73,7 @@ class FluidTokenConfig:
             raise ValueError("overrun_quantile must be in (0, 1] and overrun_prior >= 1")
 
 
-class FluidToken:
+class FluidToken(Borrowing):
     """Per-worker slack, chunk sizing, borrowing and the step plan of a borrowing decode worker."""
 
     def __init__(
@@ -97,10 +97,8 @@ class FluidToken:
         self.t_iter_s: dict[int, float] = {}
         self.scale: dict[int, float] = {}  # measured / modelled chunk time, per worker (online calibration)
         self._chunk_ewma: dict[int, tuple[float, float]] = {}  # (measured, modelled) chunk time EWMAs
-        self._reserve = 0  # blocks each decode worker keeps free for hand-offs (set by borrow)
         self.decode_ref_s = decode_ref_s  # the decode step time the cost model was fitted next to
-        self.borrowed = 0
-        self.spread = 0
+        self.init_borrowing()
         self._g_rises_upto = self._rising_prefix(self.config.max_chunk + MAX_BATCH_CHECKED)
 
     def _rising_prefix(self, limit: int) -> int:
@@ -213,14 +211,6 @@ class FluidToken:
         g, g_b, pair_s = self._chunk_time, self._chunk_time(b), self.attn_pair_s
         return lambda c: g(b + c) - g_b + pair_s * (c * prior) <= budget
 
-    def prefill_rate(self, w: WorkerView) -> float:
-        """Prompt tokens a second `w` prefills by borrowing: a chunk of the size its slack fits in every
-        step (0 without slack or KV room to borrow into)."""
-        c = self.chunk_tokens(w, forecast=True)
-        if not c or self._room(w) <= 0:
-            return 0.0
-        return c / (self.t_iter(w) + self.chunk_cost(w.num_decoding, 0, c, self.cost_scale(w)))
-
     def has_slack(self, w: WorkerView, slack_s: float) -> bool:
         """chunk_tokens(w) > 0, given `slack_s` = slack(w). Where g is non-decreasing over the search,
         so is a chunk's cost in c: some chunk fits iff the smallest one worth borrowing does (one
@@ -271,77 +261,6 @@ class FluidToken:
         """The planner's own estimate of a step's time (checked against SLO_TBT in tests)."""
         return (self.t_iter(w) if plan.decode else 0.0) + self.chunks_cost(w.num_decoding, plan, self.cost_scale(w))
 
-    def borrow(self, view: ClusterView, late: Callable | None = None) -> list:
-        """Strip requests from the head of the prefill queues onto decode workers with slack (with
-        `late`, the requests already past their TTFT SLO last: `on_time_first`)."""
-        donors = [w for w in view.workers if w.role is Role.PREFILL and w.queue]
-        if not donors:
-            return []
-        heads = {
-            w.id: _unstarted_head(on_time_first(w.queue, late), 8) for w in donors
-        }  # a few unstarted requests from each queue's head
-        owner = {r.id: wid for wid, reqs in heads.items() for r in reqs}
-        waiting = sorted(
-            (r for reqs in heads.values() for r in reqs),
-            key=lambda r: (late is not None and late(r), r.arrival_s, r.id),
-        )
-        cap = self.config.borrowed_per_worker
-        self._reserve = handoff_reserve(view)
-        free, slack = [], {}  # nothing changes while borrowing plans: each worker's slack is read once
-        for w in view.workers:
-            if w.role is Role.DECODE and w.routable and len(w.queue) < cap:
-                slack[w.id] = self.slack(w)
-                if self.has_slack(w, slack[w.id]):
-                    free.append(w)
-        room = {w.id: self._room(w) for w in free}
-        actions: list = []
-        for req in waiting:
-            if not free:
-                break
-            home = self._home(req, free, room, slack)
-            if home is None:
-                continue
-            free.remove(home)
-            helpers = self._helpers(req, free, room)
-            if helpers:
-                for h in helpers:
-                    free.remove(h)
-                actions.append(BorrowSplit(req, owner[req.id], (home.id, *(h.id for h in helpers))))
-                self.spread += 1
-            else:
-                actions.append(Borrow(req, owner[req.id], home.id))
-        self.borrowed += len(actions)
-        return actions
-
-    def _room(self, w: WorkerView) -> int:
-        return (
-            w.free_blocks - w.pull_blocks_pending - min(self._reserve, int(self.config.kv_headroom * w.kv_blocks_total))
-        )
-
-    def _home(self, req: Request, free: list, room: dict[int, int], slack: dict[int, float]) -> WorkerView | None:
-        """The worker with the most room that can hold the whole request, whose slack would still
-        fit the prompt's last chunk (so a borrowed prompt cannot stall behind the decodes), and that
-        holds at least the cached prefix its prefill worker would skip; `room` and `slack` by worker id."""
-        step = self.config.min_chunk
-        need = blocks_for(req.prompt_len + req.output_len, free[0].block_size)
-        fits = [
-            w
-            for w in free
-            if room[w.id] >= need
-            and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step, self.cost_scale(w)) <= slack[w.id]
-            and (not req.queued_hit or w.cached_tokens(req) >= req.queued_hit)  # never lose a cached prefix
-        ]
-        return max(fits, key=lambda w: (room[w.id], -w.id)) if fits else None
-
-    def _helpers(self, req: Request, free: list, room: dict[int, int]) -> list:
-        """Decode workers that take the other pieces of a long prompt (`room` by worker id)."""
-        c = self.config
-        if req.prompt_len < c.split_min_tokens or c.max_split < 2 or req.prefill_target != req.prompt_len:
-            return []
-        piece = -(-req.prompt_len // c.max_split)
-        ok = [w for w in free if room[w.id] >= blocks_for(piece, w.block_size)]
-        return sorted(ok, key=lambda w: (-room[w.id], w.id))[: c.max_split - 1]
-
 
 def _largest(fits, hi: int) -> int:
     """The largest c in [0, hi] with fits(c), for fits monotone (true up to some c); 0 if none."""
@@ -355,21 +274,3 @@ def _largest(fits, hi: int) -> int:
         else:
             hi = mid
     return lo
-
-
-def handoff_reserve(view: ClusterView) -> int:
-    """Blocks per routable decode worker that the prefill pool's KV (held for pulls or being
-    computed) will ask the decode pool for."""
-    decode = sum(1 for w in view.workers if w.role is Role.DECODE and w.routable)
-    coming = sum(w.kv_blocks_used for w in view.workers if w.role is Role.PREFILL)
-    return -(-coming // decode) if decode else 0
-
-
-def _unstarted_head(queue, n: int) -> list[Request]:
-    found = []
-    for r in queue:
-        if isinstance(r, Request) and r.worker < 0:
-            found.append(r)
-            if len(found) == n:
-                break
-    return found

@@ -32,6 +32,7 @@ from fluidpd.runtime.messages import (
     portable_error,
 )
 from fluidpd.runtime.transport.ray import require_ray
+from fluidpd.runtime.worker_env import worker_environ
 
 
 @functools.cache
@@ -163,6 +164,9 @@ class RayWorker:
             if self._actor is not None:
                 raise RuntimeError(f"worker {self.worker_id} already started")
             opts: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0}
+            env = worker_environ(self.config)
+            if env:  # the actor's process starts with it, as a process worker's does
+                opts["runtime_env"] = {"env_vars": env}
             if self.placement is not None:
                 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 

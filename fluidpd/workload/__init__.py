@@ -1,13 +1,12 @@
 """Workloads: real traces (Azure, Mooncake, Claude Code, length-only files), arrival processes, synthetic mixes."""
 
 from fluidpd.workload.arrivals import arrival_times, gamma, onoff, poisson
+from fluidpd.workload.claude_code import DEFAULT_CLAUDE_CONCURRENCY, load_claude_code
 from fluidpd.workload.files import trace_dir
 from fluidpd.workload.hot_prefix import hot_prefix, zipf_shares
 from fluidpd.workload.loaders import (
-    DEFAULT_CLAUDE_CONCURRENCY,
     DEFAULT_LENGTH_RATE,
     load_azure,
-    load_claude_code,
     load_csv_trace,
     load_length_trace,
     load_lengths,

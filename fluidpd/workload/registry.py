@@ -8,6 +8,7 @@ from pathlib import Path
 
 import fluidpd.workload.loaders as loaders
 from fluidpd.core.registry import Registry
+from fluidpd.workload.claude_code import load_claude_code
 from fluidpd.workload.files import read_header, read_jsonl
 from fluidpd.workload.hot_prefix import hot_prefix
 from fluidpd.workload.loaders import AZURE_COLUMNS, DEFAULT_LENGTH_RATE, LENGTH_COLUMNS, SIMPLE_COLUMNS
@@ -31,7 +32,7 @@ TRACES.add("azure_conv", _timed(lambda seed, **kw: loaders.load_azure(kind="conv
 TRACES.add("azure_code", _timed(lambda seed, **kw: loaders.load_azure(kind="code", **kw)))
 TRACES.add("mooncake_conv", _timed(lambda seed, **kw: loaders.load_mooncake(kind="conversation", seed=seed, **kw)))
 TRACES.add("mooncake_synth", _timed(lambda seed, **kw: loaders.load_mooncake(kind="synthetic", seed=seed, **kw)))
-TRACES.add("claude_code", _timed(lambda seed, **kw: loaders.load_claude_code(seed=seed, **kw)))
+TRACES.add("claude_code", _timed(lambda seed, **kw: load_claude_code(seed=seed, **kw)))
 for _kind in ("sharegpt", "arxiv_sum", "bwb"):
     TRACES.add(_kind, _lengths(_kind))
 TRACES.add("phase_shift", _timed(lambda seed, **kw: phase_shift(seed=seed, **kw)))
@@ -78,7 +79,7 @@ def _load_file(path: Path, rate: float | None, seed: int, kw: dict) -> Trace:
         if "input_length" in first:
             return _at_rate(loaders.load_mooncake(path, seed=seed, **kw), rate)
         if "input_tokens" in first and "t_s" in first:
-            return _at_rate(loaders.load_claude_code(path, seed=seed, **kw), rate)
+            return _at_rate(load_claude_code(path, seed=seed, **kw), rate)
         raise ValueError(
             f"{path}: unrecognised JSON-lines trace (expected Mooncake or Claude Code fields), "
             f"first record has keys {sorted(first)}"

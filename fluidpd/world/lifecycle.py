@@ -1,6 +1,7 @@
 """The request lifecycle both worlds share: routing, step planning, token accounting, pull-based
-KV hand-off, preemption and the elastic actions. A world supplies the clock (`loop`), how a step
-runs (`execute`), how KV moves (`transfer`) and how long FluidRole's phases take (`run_phase`)."""
+KV hand-off (`handoff`), preemption, failures (`failures`) and the elastic actions (`elastic`,
+`recovery`). A world supplies the clock (`loop`), how a step runs (`execute`), how KV moves
+(`transfer`) and how long FluidRole's phases take (`run_phase`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from fluidpd.policy.routing import NoRoutableWorker
 from fluidpd.policy.view import Role, StepPlan, blocks_for
 from fluidpd.world.elastic import Elastic
 from fluidpd.world.events import EventKind
-from fluidpd.world.links import HANDOFF
+from fluidpd.world.failures import Failures
+from fluidpd.world.handoff import Handoff
 from fluidpd.world.recovery import Recovery
 from fluidpd.world.timeline import Timeline
 from fluidpd.world.trace import RequestTracer
@@ -25,7 +27,7 @@ from fluidpd.world.worker import WorkerState
 EWMA = 0.2
 
 
-class World(Elastic, Recovery):
+class World(Handoff, Failures, Elastic, Recovery):
     """Implements the policy's ClusterView over WorkerStates; every step planned by the policy."""
 
     def __init__(
@@ -112,22 +114,6 @@ class World(Elastic, Recovery):
         if self.tracer:
             self.tracer.queued(req, w, self.loop.now)
         self.schedule(w)
-
-    def _arrive_prefilled(self, req: Request) -> None:
-        """The decode phase alone: the prompt's KV is in place and its first token out; the request
-        waits for decode room like a pulled hand-off (with nothing to transfer)."""
-        d = self.workers[self.policy.route(req, self)]
-        if blocks_for(req.prompt_len + req.output_len, d.block_size) > d.kv_blocks_full:
-            self.reject(req)
-            return
-        req.prefilled = req.prefill_target
-        req.emit(self.loop.now)
-        if req.finished:
-            self.finish(req)
-            return
-        d.pulls.append(req)
-        d.pull_blocks_pending += d.blocks_of(req)
-        self.start_pulls(d)
 
     def _control(self, _=None) -> None:
         self.apply(self.policy.tick(self))
@@ -297,132 +283,6 @@ class World(Elastic, Recovery):
             self.finish(req)
             return
         self.decode_or_hand_off(w, req)
-
-    def decode_or_hand_off(self, w: WorkerState, req: Request) -> None:
-        """`req`'s KV is on `w`: decode it there, or hold it there for a decode worker to pull."""
-        try:
-            dst = self.policy.handoff(req, w, self)
-        except NoRoutableWorker:
-            dst = -1
-        if dst is None or dst == w.id:
-            w.join(req)
-            return
-        w.held[req.id] = req
-        req.worker = w.id
-        req.held_first = self.hold_first_token and req.generated == 1
-        if dst < 0:
-            self.parked_handoffs.append(req)
-            return
-        self.pull(req, dst)
-
-    # --- pull-based KV hand-off ---------------------------------------------------------
-    def start_pulls(self, d: WorkerState) -> None:
-        """A decode worker fetches queued KV, FCFS, while its memory and batch have room."""
-        limit = self.policy.config.max_num_seqs
-        while d.pulls:
-            req = d.pulls[0]
-            need = d.blocks_of(req)
-            if need > d.free_blocks or len(d.decoding) >= limit:
-                return
-            d.pulls.popleft()
-            d.pull_blocks_pending -= need
-            if req.worker < 0:  # arrived prefilled: nothing to move
-                d.allocate(need)
-                d.join(req)
-                self.schedule(d)
-                continue
-            src = self.workers[req.worker]
-            src.transfers_out += 1
-            d.transfers_in += 1
-            self.move_kv(req, src, d, need, HANDOFF, self._pulled)
-
-    def move_kv(self, req: Request, src: WorkerState, dst: WorkerState, need: int, cls: str, done) -> None:
-        """Move `req`'s stored KV (`need` blocks) from `src` to `dst`: only the blocks `dst` does not
-        hold cached already travel; `dst` holds those it has and allocates the rest."""
-        skip = dst.take_moved(req)
-        dst.allocate(need - skip)
-        tokens = WorkerState.stored(req) - skip * dst.block_size
-        self.kv_tokens_moved += tokens
-        if self.tracer:
-            self.tracer.transfer_started(req, src, dst, tokens, tokens * self.kv_bytes_per_token, cls, self.loop.now)
-        self.transfer(req, src, dst, tokens, cls, done, (req, src, dst), skip)
-
-    def _pulled(self, arg: tuple[Request, WorkerState, WorkerState]) -> None:
-        req, src, d = arg
-        del src.held[req.id]
-        src.release(req, moved=self.policy.follows_kv)  # the source keeps the prompt cached
-        d.register(req, WorkerState.stored(req))  # arrived KV is cached on the decode worker
-        src.transfers_out -= 1
-        d.transfers_in -= 1
-        req.moved = True
-        if self.tracer:
-            self.tracer.transfer_done(req, self.loop.now)
-        d.join(req)
-        self.schedule(d)
-        self.schedule(src)
-
-    def step_failed(self, w: WorkerState, plan: StepPlan, culprits: list[tuple[Request, str]]) -> None:
-        """`w`'s step did not run: undo what planning it reserved, fail the culprits (the requests
-        that made it fail, each with its reason) and plan again; the others stay where they were."""
-        w.busy = False
-        w.free(w.step_growth)
-        w.step_growth = 0
-        bad = {r.id for r, _ in culprits}
-        for req in w.admitted:
-            if req.id not in bad and req.worker == w.id:  # admitted by this step: its cache hit undone
-                w.num_prefilling -= 1
-                if isinstance(req, Request):
-                    w.release(req, blocks_for(req.prefill_target, w.block_size), 0)
-                else:
-                    w.free(blocks_for(req.prefill_target, w.block_size))
-                w.queued_tokens += req.prefilled
-                req.prefilled = 0
-                req.worker = -1
-        w.admitted = []
-        for req, reason in culprits:
-            self.drop(req)
-            self.fail(req, reason)
-        w.join_incoming()
-        self.schedule(w)
-        self.start_pulls(w)
-
-    def drop(self, req: Request) -> None:
-        """Take `req` out of every worker (queued, prefilling, decoding, held, awaiting a pull)
-        and free its KV; not for a request whose KV is in flight between workers."""
-        for w in self.workers:
-            if req in w.queue:
-                w.dequeue(req)
-                if req.worker == w.id:
-                    w.num_prefilling -= 1
-                    w.release(req, blocks_for(req.prefill_target, w.block_size), req.prefilled)
-            elif req.id in w.decoding:
-                w.leave(req)
-                w.release(req)
-            elif req in w.incoming:
-                w.incoming.remove(req)
-                w.release(req)
-            elif req.id in w.held:
-                del w.held[req.id]
-                w.release(req)
-            if req in w.pulls:
-                w.pulls.remove(req)
-                w.pull_blocks_pending -= w.blocks_of(req)
-            self.schedule(w)
-        req.worker = -1
-
-    def fail(self, req: Request, reason: str) -> None:
-        """A request that cannot go on (its engine refused it): it ends visibly, counted as a miss."""
-        self.outstanding -= 1
-        self.metrics.failed += 1
-        if self.tracer:
-            self.tracer.finish(req, self.loop.now, "error", reason)
-
-    def reject(self, req: Request) -> None:
-        """A request whose KV can never fit in one worker fails visibly instead of waiting forever."""
-        self.outstanding -= 1
-        self.metrics.rejected += 1
-        if self.tracer:
-            self.tracer.finish(req, self.loop.now, "error", "its KV cannot fit in one worker")
 
     def finish(self, req: Request) -> None:
         req.finish_s = self.loop.now

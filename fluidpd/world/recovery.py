@@ -16,7 +16,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from fluidpd.core.request import Request
-from fluidpd.policy.routing import NoRoutableWorker
 from fluidpd.policy.view import Role
 from fluidpd.world.worker import WorkerState
 
@@ -39,6 +38,7 @@ class Recovery:
         def submit(self, req: Request, front: bool = False, in_order: bool = False) -> None: ...
         def schedule(self, w: WorkerState) -> None: ...
         def start_pulls(self, d: WorkerState) -> None: ...
+        def hand_off(self, req: Request) -> None: ...
         def remap_blocks(self, w, role: Role) -> int: ...
         def apply(self, actions: list) -> None: ...
 
@@ -82,28 +82,6 @@ class Recovery:
         req.start_over()
         req.moved = False
         self.submit(req, in_order=True)
-
-    def hand_off(self, req: Request) -> None:
-        """Queue the pull of `req`'s KV (held on worker `req.worker`) on a routable decode worker."""
-        src = self.workers[req.worker]
-        try:
-            dst = self.policy.handoff(req, src, self)
-        except NoRoutableWorker:
-            self.parked_handoffs.append(req)
-            return
-        if dst is None or dst == src.id:
-            del src.held[req.id]
-            src.join(req)
-            self.schedule(src)
-            return
-        self.pull(req, dst)
-
-    def pull(self, req: Request, dst: int) -> None:
-        """Decode worker `dst` will fetch `req`'s KV (FCFS, when it has room)."""
-        d = self.workers[dst]
-        d.pulls.append(req)
-        d.pull_blocks_pending += d.blocks_of(req)
-        self.start_pulls(d)
 
     def rejoin_worker(self, wid: int, role: Role) -> WorkerState:
         """A replacement engine for `wid` is up (its arena sized for `role`): it serves again, empty."""

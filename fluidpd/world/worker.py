@@ -2,59 +2,43 @@
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.request import Request
 from fluidpd.policy.view import Role, blocks_for
+from fluidpd.world.decode_batch import DecodeBatch
 from fluidpd.world.host_tier import HostTier
 from fluidpd.world.prefix_cache import PrefixCache
 
 
-class WorkerState:
+class WorkerState(DecodeBatch):
     """One engine instance: implements the policy's WorkerView over O(1)-per-step bookkeeping.
 
     Prefix caching (`cache`): blocks are counted once however many requests share them; evictable
     cached blocks count as free, and an allocation that needs their room evicts the least recently
     used. A request's KV leaves through `release`, which keeps its hashed blocks cached.
 
-    Decode-side KV growth is tracked without touching every request: a decoding request with
-    `s0` stored tokens that joined after decode step `k0` needs a new block at every step `k`
-    with k = k0 + 1 - s0 (mod block_size), so one counter per residue gives each step's need.
-
-    Token counts are lazy the same way: a decoding request's `generated` is brought up to date
-    (`sync`) only when it leaves or is read through this worker, from the decode steps since it was
-    last synced; the requests that reach their output length at step k wait in `finishing[k]`.
+    Its decode batch, and the lazy accounting of its KV growth and tokens, is `DecodeBatch`'s.
     """
 
     __slots__ = (
         "admitted",
         "block_size",
         "borrowed_chunks",
-        "buckets",
         "busy",
         "busy_s",
         "cache",
-        "decode_ctx_sum",
-        "decode_steps",
-        "decoding",
         "deferred",
-        "finishing",
         "held",
         "host",
         "host_hits",
         "id",
-        "incoming",
-        "joiners",
         "kv_blocks_full",
         "kv_blocks_total",
         "kv_blocks_used",
-        "last_decode_end",
-        "marks",
         "node",
         "num_prefilling",
-        "over_cum",
         "preemptions",
         "prefix_cache_corrections",
         "prefix_cache_hits",
@@ -71,8 +55,6 @@ class WorkerState:
         "step_growth",
         "step_time_ewma_s",
         "steps",
-        "synced",
-        "tokens_out",
         "transfers_in",
         "transfers_out",
     )
@@ -83,6 +65,7 @@ class WorkerState:
         self.id, self.role, self.node = wid, role, node
         self.routable = True
         self.block_size = block_size
+        self.init_decode_batch(block_size)
         self.kv_blocks_total = kv_blocks
         self.kv_blocks_full = kv_blocks  # the whole arena as KV (decode role)
         self.transfers_out = 0
@@ -95,26 +78,14 @@ class WorkerState:
         self.queued_tokens = 0
         self.queued_cached = 0  # of queued_tokens, those of unstarted requests expected to hit the cache here
         self.num_prefilling = 0
-        self.decoding: dict[int, Request] = {}
-        self.decode_ctx_sum = 0  # stored KV tokens over decoding requests
         self.held: dict[int, Request] = {}
         self.pulls: deque[Request] = deque()
         self.busy = False
         self.schedule_pending = False
         self.step_time_ewma_s = 0.0
-        self.decode_steps = 0
-        self.over_cum = 0  # decode steps whose gap exceeded SLO_TBT
-        self.last_decode_end = math.nan
-        self.joiners: list[Request] = []
-        self.incoming: list[Request] = []  # KV arrived during a step: joins when it ends
-        self.marks: dict[int, tuple[int, int, int]] = {}  # id -> (decode_steps, over_cum, bucket)
-        self.buckets = [0] * block_size
-        self.synced: dict[int, tuple[int, int]] = {}  # id -> (decode step `generated` is of, final step)
-        self.finishing: dict[int, dict[int, Request]] = {}  # final step -> its requests, in join order
         self.busy_s = {"prefill": 0.0, "decode": 0.0, "mixed": 0.0}
         self.steps = 0
         self.preemptions = 0
-        self.tokens_out = 0
         self.borrowed_chunks = 0  # prefill chunks run here while a decode worker (FluidToken)
         self.role_since = 0.0
         self.cache = PrefixCache()
@@ -299,100 +270,3 @@ class WorkerState:
         if req.queued_hit:
             self.queued_cached -= req.queued_hit
             req.queued_hit = 0
-
-    # --- decode batch -------------------------------------------------------------------
-    def join(self, req: Request) -> None:
-        """Start decoding `req`, whose KV (all `stored` tokens) is already on this worker."""
-        if self.busy:
-            self.incoming.append(req)
-            req.worker = self.id
-            return
-        s0 = self.stored(req)
-        bucket = (self.decode_steps + 1 - s0) % self.block_size
-        self.decoding[req.id] = req
-        self.decode_ctx_sum += s0
-        self.buckets[bucket] += 1
-        self.marks[req.id] = (-1, 0, bucket)
-        end = self.decode_steps + max(1, req.output_len - req.generated)
-        self.synced[req.id] = (self.decode_steps, end)
-        self.finishing.setdefault(end, {})[req.id] = req
-        self.joiners.append(req)
-        req.worker = self.id
-
-    def leave(self, req: Request) -> None:
-        """Stop decoding `req` here, closing its gap accounting; its KV blocks stay allocated."""
-        del self.decoding[req.id]
-        self.sync(req)
-        end = self.synced.pop(req.id)[1]
-        finishing = self.finishing.get(end)
-        if finishing is not None:  # (None: it left at the step it finished)
-            del finishing[req.id]
-            if not finishing:
-                del self.finishing[end]
-        steps, over, bucket = self.marks.pop(req.id)
-        self.buckets[bucket] -= 1
-        self.decode_ctx_sum -= self.stored(req)
-        if steps < 0:
-            self.joiners.remove(req)
-        else:
-            req.add_gaps(self.decode_steps - steps, self.over_cum - over)
-            req.last_token_s = self.last_decode_end
-
-    def sync(self, req: Request) -> None:
-        """Bring decoding `req`'s `generated` up to date: one token per decode step since last synced."""
-        step, end = self.synced[req.id]
-        req.generated += self.decode_steps - step
-        self.synced[req.id] = (self.decode_steps, end)
-
-    def sync_decoding(self) -> None:
-        """Bring every decoding request's `generated` up to date (before reading their counts)."""
-        for req in self.decoding.values():
-            self.sync(req)
-
-    def join_incoming(self) -> None:
-        incoming, self.incoming = self.incoming, []
-        for req in incoming:
-            self.join(req)
-
-    def growth_blocks(self) -> int:
-        """New KV blocks the next decode step needs."""
-        return self.buckets[(self.decode_steps + 1) % self.block_size]
-
-    def preemption_victim(self) -> Request:
-        """The latest-arrived decoding request (vLLM's recompute preemption order)."""
-        return max(self.decoding.values(), key=lambda r: (r.arrival_s, r.id))
-
-    def decode_tick(self, now: float, slo_tbt_s: float, on_gap, stopped: frozenset = frozenset()) -> list[Request]:
-        """Account one finished decode step at `now`; returns the requests that finished (reached
-        their output length, or are in `stopped`: ended early by the engine)."""
-        self.decode_steps += 1
-        n = len(self.decoding)
-        self.decode_ctx_sum += n
-        joiners = self.joiners
-        continuing = n - len(joiners)
-        if continuing:
-            gap = now - self.last_decode_end
-            on_gap(gap, continuing)
-            if gap > slo_tbt_s:
-                self.over_cum += 1
-        if joiners:
-            mark = (self.decode_steps, self.over_cum)
-            for req in joiners:
-                gap = now - req.last_token_s
-                on_gap(gap, 1, req.moved)
-                req.moved = False
-                req.add_gap(gap, slo_tbt_s)
-                self.marks[req.id] = (*mark, self.marks[req.id][2])
-            self.joiners = []
-        self.last_decode_end = now
-        finishing = self.finishing.pop(self.decode_steps, None)
-        if stopped:  # in batch order, like the requests that reached their length
-            done = [r for r in self.decoding.values() if r.id in stopped or (finishing and r.id in finishing)]
-        elif finishing is None:
-            done = []
-        else:
-            done = list(finishing.values())
-        for req in done:
-            self.sync(req)
-        self.tokens_out += n
-        return done

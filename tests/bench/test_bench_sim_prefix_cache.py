@@ -5,7 +5,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from fluidpd.workload.loaders import load_claude_code
+from fluidpd.workload.claude_code import load_claude_code
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_prefix_cache.py"
 

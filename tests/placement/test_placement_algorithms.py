@@ -6,7 +6,8 @@ import pytest
 
 from fluidpd.placement.algorithms import algorithm1, algorithm2
 from fluidpd.placement.config import PlaceConfig
-from fluidpd.placement.search import Evaluator, Placement, load_placement, search
+from fluidpd.placement.result import Placement, load_placement
+from fluidpd.placement.search import Evaluator, search
 
 
 class Table:

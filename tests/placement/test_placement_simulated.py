@@ -133,7 +133,7 @@ def test_best_chunk_budget_is_the_middle_of_the_best_on_history():
 
 
 def test_split_of_a_placement_keeps_its_gpu_share():
-    from fluidpd.placement.search import PhasePlan, Placement
+    from fluidpd.placement.result import PhasePlan, Placement
 
     p = Placement(1, PhasePlan(2, 1, 3, 10.0), PhasePlan(2, 1, 1, 30.0), 30.0)
     assert split_of(p, 8) == 6

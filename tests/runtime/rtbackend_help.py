@@ -91,7 +91,7 @@ def _remove_stale_staging() -> None:
 
 @functools.cache
 def smol() -> Smol:
-    from fluidpd.runtime.process import stage_weights
+    from fluidpd.runtime.staging import stage_weights
 
     cfg = EngineConfig(num_kv_blocks=NUM_KV_BLOCKS)
     ckpt = load_checkpoint(cfg.model, cfg.load_format, cfg.torch_dtype)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 
 from fluidpd.engine.sampling import SamplingParams
-from fluidpd.runtime.process import DIRECT_BYTES, ProcessWorker
+from fluidpd.runtime.pipe_calls import DIRECT_BYTES
+from fluidpd.runtime.process import ProcessWorker
 from tests.runtime.rtbackend_help import tiny_config
 
 

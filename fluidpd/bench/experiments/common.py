@@ -122,7 +122,7 @@ def tune_on_history(history: Trace, placement: str, seed: int, tick=None) -> dic
     """What the deployable systems get tuned on: the distserve split and chunked's budget, each the
     best by joint attainment on the history window (ties: the middle of the best)."""
     from fluidpd.placement.plan import best_chunk_budget, fixed_split, split_of
-    from fluidpd.placement.search import load_placement
+    from fluidpd.placement.result import load_placement
 
     if placement == "auto":
         k, scores = fixed_split(history, setup(BASELINE_SPLIT, seed))

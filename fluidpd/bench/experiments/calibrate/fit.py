@@ -121,8 +121,9 @@ def _added_by_prefill(r: RooflineModel, batch: int, ctx: int, length: int) -> fl
     return r.step_time(mixed) - r.step_time(decode)
 
 
-def figure1(lat: LatencyConfig) -> dict[str, float]:
-    """Figure 1's four goodputs (req/s) in simulation with knobs `lat`."""
+def figure1(lat: LatencyConfig, window_s: float = FIG1_WINDOW_S) -> dict[str, float]:
+    """Figure 1's four goodputs (req/s) in simulation with knobs `lat`, each rate simulated over
+    `window_s` seconds of arrivals."""
     runs = {
         "fig1_colocated_rps": ("colocated", 1, 0, 64),
         "fig1_prefill_only_rps": ("prefill-only", 1, 0, 1),
@@ -142,17 +143,17 @@ def figure1(lat: LatencyConfig) -> dict[str, float]:
         base = fixed_lengths(4000, 1.0, prompt=512, output=output, seed=0)  # 1 req/s: a rate scale is req/s
 
         def attainment(rate: float, policy=policy, setup=setup, base=base) -> float:
-            return simulate(base.shaped(rate, FIG1_WINDOW_S), policy, setup).summary["attainment"]
+            return simulate(base.shaped(rate, window_s), policy, setup).summary["attainment"]
 
         out[key] = goodput_rate_scale(attainment, target=0.9, start=2.0, iters=10)
     return out
 
 
-def measure(lat: LatencyConfig) -> dict[str, float]:
-    """The model's value of every figure with knobs `lat`."""
+def measure(lat: LatencyConfig, window_s: float = FIG1_WINDOW_S) -> dict[str, float]:
+    """The model's value of every figure with knobs `lat` (Figure 1's over `window_s` windows)."""
     r1, r2, r8 = _roofline(lat), _roofline(lat, tp=2), _roofline(lat, tp=8)
     pp8 = _roofline(lat, pp=8)
-    values = figure1(lat)
+    values = figure1(lat, window_s)
     values.update(
         {
             "fig3a_prefill_128_tok_s": _prefill_tok_s(r1, 128, 16),
@@ -216,8 +217,11 @@ START = LatencyConfig(
 )
 
 
-def fit(start: LatencyConfig | None = None, iters: int = 150, progress=None) -> tuple[LatencyConfig, dict[str, float]]:
-    """The knob set minimising `loss` from `start`, and its figure values."""
+def fit(
+    start: LatencyConfig | None = None, iters: int = 150, progress=None, window_s: float = FIG1_WINDOW_S
+) -> tuple[LatencyConfig, dict[str, float]]:
+    """The knob set minimising `loss` from `start`, and its figure values (Figure 1's measured
+    over `window_s` windows)."""
     start = start or START
     names = list(KNOBS)
 
@@ -228,9 +232,9 @@ def fit(start: LatencyConfig | None = None, iters: int = 150, progress=None) -> 
         )
 
     x0 = [KNOBS[n][0](getattr(start, n)) for n in names]
-    best, _ = nelder_mead(lambda x: loss(measure(config(x))), x0, step=0.4, iters=iters, progress=progress)
+    best, _ = nelder_mead(lambda x: loss(measure(config(x), window_s)), x0, step=0.4, iters=iters, progress=progress)
     lat = config(best)
-    return lat, measure(lat)
+    return lat, measure(lat, window_s)
 
 
 def record(values: dict[str, float]) -> dict:

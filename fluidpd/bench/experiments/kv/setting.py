@@ -14,7 +14,8 @@ from fluidpd.specs.hardware import get_hardware
 from fluidpd.specs.models import get_model
 from fluidpd.workload import load_trace
 from fluidpd.workload.blockmap import oracle_hit_tokens
-from fluidpd.workload.loaders import load_claude_code, load_mooncake
+from fluidpd.workload.claude_code import load_claude_code
+from fluidpd.workload.loaders import load_mooncake
 from fluidpd.workload.trace import Trace
 
 MODEL, DTYPE, GPU = "llama-3.1-8b", "bf16", "h100"

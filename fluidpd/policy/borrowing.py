@@ -1,0 +1,130 @@
+"""FluidToken's borrowing: which queued prompts move onto which decode workers with slack, and KV room for them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from fluidpd.core.request import Request
+from fluidpd.policy.actions import Borrow, BorrowSplit
+from fluidpd.policy.stepplan import on_time_first
+from fluidpd.policy.view import ClusterView, Role, WorkerView, blocks_for
+
+if TYPE_CHECKING:
+    from fluidpd.policy.fluidtoken import FluidTokenConfig
+
+
+class Borrowing:
+    """Mixin of FluidToken: strip requests from the prefill queues onto decode workers with slack and KV room."""
+
+    if TYPE_CHECKING:  # what FluidToken provides
+        config: FluidTokenConfig
+
+        def t_iter(self, w: WorkerView) -> float: ...
+        def slack(self, w: WorkerView, forecast: bool = False) -> float: ...
+        def has_slack(self, w: WorkerView, slack_s: float) -> bool: ...
+        def cost_scale(self, w: WorkerView) -> float: ...
+        def chunk_cost(self, batch: int, prior: int, c: int, scale: float = 1.0) -> float: ...
+        def chunk_tokens(self, w: WorkerView, prior: int = 0, forecast: bool = False) -> int: ...
+
+    def init_borrowing(self) -> None:
+        self._reserve = 0  # blocks each decode worker keeps free for hand-offs (set by borrow)
+        self.borrowed = 0
+        self.spread = 0
+
+    def prefill_rate(self, w: WorkerView) -> float:
+        """Prompt tokens a second `w` prefills by borrowing: a chunk of the size its slack fits in every
+        step (0 without slack or KV room to borrow into)."""
+        c = self.chunk_tokens(w, forecast=True)
+        if not c or self._room(w) <= 0:
+            return 0.0
+        return c / (self.t_iter(w) + self.chunk_cost(w.num_decoding, 0, c, self.cost_scale(w)))
+
+    def borrow(self, view: ClusterView, late: Callable | None = None) -> list:
+        """Strip requests from the head of the prefill queues onto decode workers with slack (with
+        `late`, the requests already past their TTFT SLO last: `on_time_first`)."""
+        donors = [w for w in view.workers if w.role is Role.PREFILL and w.queue]
+        if not donors:
+            return []
+        heads = {
+            w.id: _unstarted_head(on_time_first(w.queue, late), 8) for w in donors
+        }  # a few unstarted requests from each queue's head
+        owner = {r.id: wid for wid, reqs in heads.items() for r in reqs}
+        waiting = sorted(
+            (r for reqs in heads.values() for r in reqs),
+            key=lambda r: (late is not None and late(r), r.arrival_s, r.id),
+        )
+        cap = self.config.borrowed_per_worker
+        self._reserve = handoff_reserve(view)
+        free, slack = [], {}  # nothing changes while borrowing plans: each worker's slack is read once
+        for w in view.workers:
+            if w.role is Role.DECODE and w.routable and len(w.queue) < cap:
+                slack[w.id] = self.slack(w)
+                if self.has_slack(w, slack[w.id]):
+                    free.append(w)
+        room = {w.id: self._room(w) for w in free}
+        actions: list = []
+        for req in waiting:
+            if not free:
+                break
+            home = self._home(req, free, room, slack)
+            if home is None:
+                continue
+            free.remove(home)
+            helpers = self._helpers(req, free, room)
+            if helpers:
+                for h in helpers:
+                    free.remove(h)
+                actions.append(BorrowSplit(req, owner[req.id], (home.id, *(h.id for h in helpers))))
+                self.spread += 1
+            else:
+                actions.append(Borrow(req, owner[req.id], home.id))
+        self.borrowed += len(actions)
+        return actions
+
+    def _room(self, w: WorkerView) -> int:
+        return (
+            w.free_blocks - w.pull_blocks_pending - min(self._reserve, int(self.config.kv_headroom * w.kv_blocks_total))
+        )
+
+    def _home(self, req: Request, free: list, room: dict[int, int], slack: dict[int, float]) -> WorkerView | None:
+        """The worker with the most room that can hold the whole request, whose slack would still
+        fit the prompt's last chunk (so a borrowed prompt cannot stall behind the decodes), and that
+        holds at least the cached prefix its prefill worker would skip; `room` and `slack` by worker id."""
+        step = self.config.min_chunk
+        need = blocks_for(req.prompt_len + req.output_len, free[0].block_size)
+        fits = [
+            w
+            for w in free
+            if room[w.id] >= need
+            and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step, self.cost_scale(w)) <= slack[w.id]
+            and (not req.queued_hit or w.cached_tokens(req) >= req.queued_hit)  # never lose a cached prefix
+        ]
+        return max(fits, key=lambda w: (room[w.id], -w.id)) if fits else None
+
+    def _helpers(self, req: Request, free: list, room: dict[int, int]) -> list:
+        """Decode workers that take the other pieces of a long prompt (`room` by worker id)."""
+        c = self.config
+        if req.prompt_len < c.split_min_tokens or c.max_split < 2 or req.prefill_target != req.prompt_len:
+            return []
+        piece = -(-req.prompt_len // c.max_split)
+        ok = [w for w in free if room[w.id] >= blocks_for(piece, w.block_size)]
+        return sorted(ok, key=lambda w: (-room[w.id], w.id))[: c.max_split - 1]
+
+
+def handoff_reserve(view: ClusterView) -> int:
+    """Blocks per routable decode worker that the prefill pool's KV (held for pulls or being
+    computed) will ask the decode pool for."""
+    decode = sum(1 for w in view.workers if w.role is Role.DECODE and w.routable)
+    coming = sum(w.kv_blocks_used for w in view.workers if w.role is Role.PREFILL)
+    return -(-coming // decode) if decode else 0
+
+
+def _unstarted_head(queue, n: int) -> list[Request]:
+    found = []
+    for r in queue:
+        if isinstance(r, Request) and r.worker < 0:
+            found.append(r)
+            if len(found) == n:
+                break
+    return found
