@@ -18,16 +18,15 @@ from collections.abc import Sequence as Seq
 import torch
 
 from fluidpd.engine.arena import KVArena
-from fluidpd.engine.block_manager import BlockManager, NoFreeBlocksError, Reservation
-from fluidpd.engine.block_pool import MissingCachedBlocks
+from fluidpd.engine.block_manager import BlockManager, Reservation
 from fluidpd.engine.config import EngineConfig
-from fluidpd.engine.handoff import payload_of, sequence_of
-from fluidpd.engine.kv_transfer import KVLayout, KVPayload
+from fluidpd.engine.kv_exchange import KVExchange
+from fluidpd.engine.kv_transfer import KVLayout
 from fluidpd.engine.loaders import Checkpoint
 from fluidpd.engine.model import LlamaModel
 from fluidpd.engine.model_loading import check_model, load_model
 from fluidpd.engine.offline import generate
-from fluidpd.engine.outputs import EngineStats, KVTierActivity, RequestOutput, ResizeResult, StepOutput, StepResult
+from fluidpd.engine.outputs import EngineStats, RequestOutput, ResizeResult, StepOutput, StepResult
 from fluidpd.engine.plan import StepPlan, resolve
 from fluidpd.engine.prompts import Prompt, check_prompt, prompt_ids
 from fluidpd.engine.runner import ModelRunner
@@ -36,12 +35,13 @@ from fluidpd.engine.scheduler import Scheduler
 from fluidpd.engine.sequence import Sequence, SequenceStatus
 from fluidpd.engine.stopping import stop_reason
 from fluidpd.engine.store_tier import StoreTier
+from fluidpd.engine.tier_hooks import TierHooks
 from fluidpd.engine.tokenizer import Tokenizer
 
 __all__ = ["LLMEngine", "load_model"]
 
 
-class LLMEngine:
+class LLMEngine(KVExchange, TierHooks):
     """Requests in, tokens out: a model over a paged KV arena, stepped by its scheduler or an external plan."""
 
     def __init__(
@@ -191,33 +191,6 @@ class LLMEngine:
             self.scheduler.start(seq)
         return chunks
 
-    def _reserve_room(self, wants: list[Reservation]) -> None:
-        """`blocks.reserve(wants)`; short of blocks while the store's writer holds some: wait for it, then again."""
-        try:
-            self.blocks.reserve(wants)
-        except NoFreeBlocksError:
-            if self.tier is None or not self.tier.pending:
-                raise
-            self.tier.flush()
-            self.blocks.reserve(wants)
-
-    def _load_stored(self, seq: Sequence, upto_blocks: int) -> int:
-        """Fill `seq`'s allocated blocks after its arena hits, up to `upto_blocks`, from the KV store; tokens loaded."""
-        got = self.tier.load(seq, upto_blocks)  # type: ignore[union-attr]
-        seq.num_loaded_tokens += got
-        return got
-
-    def _tier_activity(self) -> KVTierActivity | None:
-        """The KV tiers' traffic and residency samples since the last step (None: nothing happened)."""
-        pool = self.blocks.pool
-        act = KVTierActivity()
-        if pool.reuse_gaps_s or pool.idle_before_evict_s:
-            act.reuse_gaps_s["device"], act.idle_before_evict_s["device"] = pool.reuse_gaps_s, pool.idle_before_evict_s
-            pool.reuse_gaps_s, pool.idle_before_evict_s = [], []
-        if self.tier is not None:
-            self.tier.report(act)
-        return act if act != KVTierActivity() else None
-
     def _admit(self, seq: Sequence) -> int:
         """Count a sequence's first admission (it starts after `num_computed` cached tokens); its hit."""
         seq.admitted = True
@@ -304,79 +277,6 @@ class LLMEngine:
         if self.tier is not None:
             self.tier.flush()  # their blocks are in the store when this returns
         return outputs
-
-    # ------------------------------------------------------------------ KV hand-off
-    def export_kv(
-        self,
-        request_id: str,
-        *,
-        release: bool = True,
-        device: torch.device | str | None = "cpu",
-        skip_blocks: int = 0,
-    ) -> KVPayload:
-        """A request's KV blocks and state; with `release`, the request leaves this engine.
-
-        `skip_blocks`: leave out the first full blocks (the destination holds them, see
-        `cached_prefix_blocks`)."""
-        seq = self._live(request_id)
-        nb = self.blocks.blocks_for(seq.num_computed)
-        if not 0 <= skip_blocks <= seq.num_computed // self.config.block_size:
-            raise ValueError(
-                f"request {request_id!r}: skip_blocks {skip_blocks} out of range, it has "
-                f"{seq.num_computed // self.config.block_size} full computed blocks"
-            )
-        kv = self.arena.read_blocks(seq.block_table[skip_blocks:nb], device)
-        payload = payload_of(seq, kv, self.kv_layout, skip_blocks)
-        if release:
-            self.scheduler.remove(seq)
-            seq.status, seq.finish_reason = SequenceStatus.FINISHED, "exported"
-            del self.seqs[request_id]
-        return payload
-
-    def import_kv(self, payload: KVPayload, params: SamplingParams | None = None, request_id: str | None = None) -> str:
-        """Continue a request exported by another engine (same model); its id here.
-
-        A payload that skips blocks starts on this engine's cached copies of them (ValueError if
-        it lacks them: MissingCachedBlocks); the imported full blocks become cached here."""
-        payload.check_layout(self.kv_layout)
-        params = params or payload.params
-        if len(payload.token_ids) > self.max_model_len:
-            raise ValueError(
-                f"request has {len(payload.token_ids)} tokens, more than max_model_len {self.max_model_len}"
-            )
-        rid = self._new_id(request_id if request_id is not None else payload.request_id)
-        seq = sequence_of(payload, rid, params)
-        if payload.num_computed == 0:
-            self.seqs[rid] = seq
-            self.scheduler.add(seq)
-            return rid
-        skip = payload.skip_blocks
-        hits = self.blocks.lookup_tokens(seq.token_ids, skip) if skip else []
-        if len(hits) < skip:
-            raise MissingCachedBlocks(
-                f"import of {rid!r} skips {skip} KV blocks, but this engine holds only the first {len(hits)} of them"
-            )
-        self._reserve_room([(seq, payload.num_computed, hits)])
-        self.arena.write_blocks(seq.block_table[skip:], payload.blocks)
-        seq.num_computed = payload.num_computed
-        seq.admitted = True
-        self.blocks.register(seq)
-        self.seqs[rid] = seq
-        self.scheduler.add_running(seq)
-        return rid
-
-    # ------------------------------------------------------------------ prefix cache
-    def cached_prefix_tokens(self, token_ids: list[int]) -> int:
-        """Leading tokens of `token_ids` a new request would take from the cache (full blocks,
-        leaving at least the last token to compute); no side effects."""
-        if not token_ids:
-            return 0
-        max_blocks = (len(token_ids) - 1) // self.config.block_size
-        return len(self.blocks.lookup_tokens(list(token_ids), max_blocks)) * self.config.block_size
-
-    def cached_prefix_blocks(self, token_ids: list[int]) -> int:
-        """Leading full blocks of `token_ids` this engine holds cached (what a hand-off may skip); no side effects."""
-        return len(self.blocks.lookup_tokens(list(token_ids)))
 
     # ------------------------------------------------------------------ FluidRole memory remap
     def resize_kv(self, num_blocks: int) -> ResizeResult:
