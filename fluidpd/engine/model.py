@@ -13,178 +13,22 @@ linear layer is built by the weight format `quantization` names (fluidpd.engine.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from fluidpd.engine import gguf_linear  # noqa: F401  (registers the gguf weight format in LINEARS)
 from fluidpd.engine.arena import KVArena
+from fluidpd.engine.attention_meta import AttentionMetadata
 from fluidpd.engine.config import ATTENTIONS, LAYER_OPS
+from fluidpd.engine.decoder_layer import DecoderLayer
 from fluidpd.engine.kernels import KernelUnavailable
-from fluidpd.engine.layer_ops import FusedLayerOps, LayerOps, OpsStep, TorchLayerOps
-from fluidpd.engine.linear import LINEARS, Linear, tensor_bytes
+from fluidpd.engine.layer_ops import FusedLayerOps, LayerOps, TorchLayerOps
+from fluidpd.engine.linear import LINEARS, tensor_bytes
 from fluidpd.engine.loaders.checkpoint import Checkpoint
 from fluidpd.engine.model_config import ModelConfig
-from fluidpd.engine.paged_attention import PagedDecodeAttention, PagedDecodes
+from fluidpd.engine.paged_attention import PagedDecodeAttention
 from fluidpd.engine.rope import rope_inv_freq
-
-
-@dataclass
-class PrefillSegment:
-    """Rows [start, end) of the batch: one sequence's chunk at positions ctx_start.. ."""
-
-    start: int
-    end: int
-    ctx_start: int
-    block_ids: torch.Tensor | None = None  # blocks covering ctx_start + chunk (None: no earlier ctx)
-    mask: torch.Tensor | None = None  # [chunk, T] additive mask (None: plain causal)
-
-
-@dataclass
-class DecodeGroup:
-    """Rows [start, end): one token per sequence, padded to the group's longest context."""
-
-    start: int
-    end: int
-    block_ids: torch.Tensor  # [B * nb] flattened, padded block tables
-    mask: torch.Tensor | None  # [B, 1, 1, nb * block_size] additive (None: one sequence)
-    ctx_len: int = 0  # one sequence: its context length
-    buffers: tuple | None = None  # gather destinations + SDPA views, made at the first layer
-
-
-@dataclass
-class AttentionMetadata:
-    slot_blocks: torch.Tensor  # [N] block id where each new token's K/V goes
-    slot_offsets: torch.Tensor  # [N] offset inside that block
-    prefills: list[PrefillSegment] = field(default_factory=list)
-    decodes: list[DecodeGroup] = field(default_factory=list)
-    paged: PagedDecodes | None = None  # every decode row, when the model has the paged kernel
-
-
-class DecoderLayer:
-    """RMSNorm -> GQA attention with RoPE -> residual -> RMSNorm -> SwiGLU -> residual."""
-
-    def __init__(
-        self,
-        cfg: ModelConfig,
-        w: dict[str, torch.Tensor],
-        prefix: str,
-        linear: Callable[..., Linear],
-        paged: PagedDecodeAttention | None = None,
-        ops: LayerOps | None = None,
-    ) -> None:
-        g = lambda name: w.pop(prefix + name)
-        self.input_norm = g("input_layernorm.weight")
-        self.post_norm = g("post_attention_layernorm.weight")
-        qkv = torch.cat([g("self_attn.q_proj.weight"), g("self_attn.k_proj.weight"), g("self_attn.v_proj.weight")])
-        biases = [w.pop(prefix + f"self_attn.{p}_proj.bias", None) for p in "qkv"]
-        self.qkv = linear(qkv, torch.cat(biases) if all(b is not None for b in biases) else None)
-        self.o = linear(g("self_attn.o_proj.weight"), w.pop(prefix + "self_attn.o_proj.bias", None))
-        self.gate_up = linear(torch.cat([g("mlp.gate_proj.weight"), g("mlp.up_proj.weight")]))
-        self.down = linear(g("mlp.down_proj.weight"))
-        self.h, self.kv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.eps = cfg.rms_norm_eps
-        self.paged = paged
-        self.ops: LayerOps = ops or TorchLayerOps(self.h, self.kv, self.d)
-
-    def nbytes(self) -> int:
-        linears = sum(lin.nbytes for lin in (self.qkv, self.o, self.gate_up, self.down))
-        return tensor_bytes(self.input_norm, self.post_norm) + linears
-
-    def to(self, device: torch.device) -> None:
-        self.input_norm, self.post_norm = self.input_norm.to(device), self.post_norm.to(device)
-        for lin in (self.qkv, self.o, self.gate_up, self.down):
-            lin.to(device)
-
-    def forward(
-        self, x: torch.Tensor, res: torch.Tensor | None, st: OpsStep, meta: AttentionMetadata, layer: int
-    ) -> torch.Tensor:
-        """x += res (the previous layer's output), then this layer; returns its output (added by the next)."""
-        ops = self.ops
-        qkv = self.qkv(ops.add_rms_norm(x, res, self.input_norm, self.eps, st))
-        q, k, v = ops.rope_kv(qkv, st, layer)
-        a = self._attend(q, k, v, meta, st.arena, layer)
-        gu = self.gate_up(ops.add_rms_norm(x, self.o(a), self.post_norm, self.eps, st))
-        return self.down(ops.silu_mul(gu, st))
-
-    def attention(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, arena: KVArena, layer: int
-    ) -> torch.Tensor:
-        """q [N, H, D], k/v [N, KV, D] -> [N, H*D]; writes k/v into the paged cache first."""
-        kc, vc = arena.k_layers[layer], arena.v_layers[layer]
-        kc.index_put_((meta.slot_blocks, meta.slot_offsets), k)
-        vc.index_put_((meta.slot_blocks, meta.slot_offsets), v)
-        return self._attend(q, k, v, meta, arena, layer)
-
-    def _attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, arena: KVArena, layer: int
-    ) -> torch.Tensor:
-        """Attention of q over the cache, where k/v are already written."""
-        kc, vc = arena.k_layers[layer], arena.v_layers[layer]
-        n, hd = q.shape[0], self.h * self.d
-        parts = len(meta.prefills) + len(meta.decodes) + (meta.paged is not None)
-        out = None if parts == 1 else q.new_empty(n, hd)
-        for seg in meta.prefills:
-            o = self._prefill(q, k, v, seg, kc, vc, arena)
-            if out is None:
-                return o
-            out[seg.start : seg.end] = o
-        for grp in meta.decodes:
-            o = self._decode(q, grp, kc, vc, arena)
-            if out is None:
-                return o
-            out[grp.start : grp.end] = o
-        if (rows := meta.paged) is not None:
-            assert self.paged is not None, "paged decode rows for a model without the paged kernel"
-            o = self.paged(q[rows.start : rows.end], kc, vc, rows)
-            if out is None:
-                return o
-            out[rows.start : rows.end] = o
-        return out
-
-    def _prefill(self, q, k, v, seg: PrefillSegment, kc, vc, arena: KVArena) -> torch.Tensor:
-        s, e = seg.start, seg.end
-        qs = q[s:e].transpose(0, 1).unsqueeze(0)  # [1, H, q, D]
-        if seg.block_ids is None:  # no earlier context
-            ks, vs = k[s:e], v[s:e]
-            mask, causal = None, True
-        else:
-            ks = arena.gather(kc, seg.block_ids, 0).flatten(0, 1)  # [T, KV, D]
-            vs = arena.gather(vc, seg.block_ids, 1).flatten(0, 1)
-            mask, causal = seg.mask, False
-        o = F.scaled_dot_product_attention(
-            qs,
-            ks.transpose(0, 1).unsqueeze(0),
-            vs.transpose(0, 1).unsqueeze(0),
-            attn_mask=mask,
-            is_causal=causal,
-            enable_gqa=self.h != self.kv,
-        )
-        return o[0].transpose(0, 1).reshape(e - s, self.h * self.d)
-
-    def _decode(self, q, grp: DecodeGroup, kc, vc, arena: KVArena) -> torch.Tensor:
-        b = grp.end - grp.start
-        if grp.buffers is None:
-            grp.buffers = self._decode_buffers(grp, kc.shape[1:], arena)
-        k_dst, v_dst, kk, vv = grp.buffers
-        torch.index_select(kc, 0, grp.block_ids, out=k_dst)  # [B*nb, bs, KV, D]
-        torch.index_select(vc, 0, grp.block_ids, out=v_dst)
-        # GQA without repeating K/V: the G query heads of a KV head act as G query rows
-        qd = q[grp.start : grp.end].view(b, self.kv, self.h // self.kv, self.d)
-        o = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=grp.mask)
-        return o.reshape(b, self.h * self.d)
-
-    def _decode_buffers(self, grp: DecodeGroup, page: torch.Size, arena: KVArena) -> tuple:
-        """Gather destinations and their [B, KV, T, D] views, shared by every layer of a step."""
-        b, n = grp.end - grp.start, grp.block_ids.numel()
-        k_dst, v_dst = arena.workspace((n, *page), 0), arena.workspace((n, *page), 1)
-        t = n // b * page[0]
-        kk, vv = k_dst.view(b, t, self.kv, self.d), v_dst.view(b, t, self.kv, self.d)
-        if grp.mask is None:
-            kk, vv = kk[:, : grp.ctx_len], vv[:, : grp.ctx_len]
-        return k_dst, v_dst, kk.transpose(1, 2), vv.transpose(1, 2)
 
 
 class LlamaModel:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from fluidpd.engine.arena import KVArena
-from fluidpd.engine.model import AttentionMetadata, DecodeGroup, LlamaModel, PrefillSegment
+from fluidpd.engine.attention_meta import AttentionMetadata, DecodeGroup, PrefillSegment
+from fluidpd.engine.model import LlamaModel
 from fluidpd.engine.paged_attention import PagedDecodes
 from fluidpd.engine.sequence import Sequence
 
