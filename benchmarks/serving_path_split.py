@@ -92,7 +92,7 @@ class Tracer:
         from fluidpd.server import generation, output
 
         tr = self
-        process.run_worker = traced_run_worker
+        process.worker_entry = traced_run_worker
         orig_decode = process.decode
 
         def decode(data):

@@ -30,6 +30,11 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16")
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        help="auto (float16 for a float32 model on the CPU, else the model dtype) | float32 | float16 | bfloat16",
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument(
@@ -62,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         load_format=args.load_format,
         tokenizer=args.tokenizer,
         dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
         device=args.device,
         max_model_len=args.max_model_len,
     )

@@ -58,7 +58,7 @@ def configs(args: argparse.Namespace) -> tuple[EngineConfig, RuntimeConfig, Serv
 
 def run(args: argparse.Namespace) -> int:
     engine, runtime, serve = configs(args)
-    os.environ.update(worker_environ(engine))  # before torch loads OpenMP here: the probe and in-process workers
+    os.environ.update(worker_environ(engine))  # before torch loads OpenMP here (in-process workers only)
     placement = links = None
     if runtime.backend == "ray":
         from fluidpd.runtime.ray_links import ray_placement

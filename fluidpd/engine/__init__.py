@@ -27,8 +27,8 @@ _EXPORTS = {
     "KVPayload": "kv_transfer",
     "PrefillChunk": "plan",
     "StepPlan": "plan",
-    "SamplingParams": "sampling",
-    "TokenLogprob": "sampling",
+    "SamplingParams": "sampling_params",
+    "TokenLogprob": "sampling_params",
 }
 __all__ = sorted(_EXPORTS)
 

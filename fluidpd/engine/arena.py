@@ -1,6 +1,7 @@
 """The arena: one preallocated tensor per engine, split into a paged KV block pool and scratch.
 
-Layout (elements of the model dtype):
+Layout (elements of the KV dtype: `EngineConfig.kv_cache_dtype`, float16 on the CPU by default, whatever
+the model computes in; every reader converts to the query's dtype, every writer rounds to the arena's):
 
     buffer = [ KV blocks 0 .. n-1 | scratch ............................... ]
     KV view: [n, num_layers, 2 (k, v), block_size, num_kv_heads, head_dim]   (block-major)

@@ -1,7 +1,10 @@
-"""EngineConfig: everything an engine is built from, validated once."""
+"""EngineConfig: everything an engine is built from, validated once (without torch, for a cpu or
+cuda device: a serving process checks it and never loads torch; CUDA's presence is checked where an
+engine is built, by `torch_device`)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +26,21 @@ QUANTIZATIONS = ("none", "fp16", "int8", "gguf", "gguf-q8")  # fluidpd.engine.li
 LAYER_OPS = ("fused", "torch")  # fluidpd.engine.layer_ops (not imported: it imports torch)
 ATTENTIONS = ("paged", "gather")  # decode attention: fluidpd.engine.paged_attention, or page gathers + SDPA
 MiB = 1 << 20
+_CPU_OR_CUDA = re.compile(r"(cpu|cuda)(:\d+)?")
+
+
+def device_type(device: str) -> str:
+    """The type of torch device `device` ("cpu", "cuda", ...); ValueError when torch would refuse it.
+    Torch is imported only for a device other than cpu and cuda[:N]."""
+    m = _CPU_OR_CUDA.fullmatch(device)
+    if m is not None:
+        return m.group(1)
+    import torch
+
+    try:
+        return torch.device(device).type
+    except RuntimeError as exc:
+        raise ValueError(f"bad device {device!r}: {exc}") from None
 
 
 @dataclass
@@ -35,6 +53,7 @@ class EngineConfig:
       * both: KV gets `num_kv_blocks`, scratch the rest of `arena_bytes`;
       * neither: KV holds one max_model_len request (at least `default_kv_tokens` tokens), plus
         `scratch_bytes` (on the CPU resident only as it is used: `fluidpd.engine.arena`).
+    A block's bytes are its elements times the KV dtype's size (`torch_kv_dtype`).
     """
 
     model: str = knob(
@@ -42,7 +61,15 @@ class EngineConfig:
         "'smollm2', a .gguf file, or a safetensors directory; with --load-format dummy also a preset or config.json",
     )
     load_format: str = knob("auto", "how to read --model (auto: by its file name)", choices=LOAD_FORMATS)
-    dtype: str = knob("auto", "model and KV dtype (auto: float32 on cpu, bfloat16 on cuda)", choices=("auto", *DTYPES))
+    dtype: str = knob("auto", "model dtype (auto: float32 on cpu, bfloat16 on cuda)", choices=("auto", *DTYPES))
+    kv_cache_dtype: str = knob(
+        "auto",
+        "KV cache dtype: auto (float16 where the model runs in float32 on the CPU: half the arena, the "
+        "kernels convert on the KV write and read; the model dtype elsewhere), float32, float16 or bfloat16 "
+        "(bfloat16 not through the CPU float32 kernels: with a float32 CPU model it needs --attention gather "
+        "--layer-ops torch)",
+        choices=("auto", *DTYPES),
+    )
     device: str = knob("cpu", "torch device (cpu, cuda, cuda:N)")
     quantization: str = knob(
         "auto",
@@ -55,16 +82,16 @@ class EngineConfig:
     )
     attention: str = knob(
         "auto",
-        "decode attention: paged (a C kernel reads each row's K/V pages in place; CPU float32, built with "
-        "the machine's C compiler) or gather (pages copied into scratch, then SDPA); auto: paged where it "
-        "builds, else gather",
+        "decode attention: paged (a C kernel reads each row's K/V pages in place; CPU float32 model, float32 "
+        "or float16 KV, built with the machine's C compiler) or gather (pages copied into scratch, then "
+        "SDPA); auto: paged where it builds, else gather",
         choices=("auto", *ATTENTIONS),
     )
     layer_ops: str = knob(
         "auto",
         "the small ops around the linears (residual add + RMSNorm, RoPE + KV write, silu * up): fused "
-        "(one C kernel call each; CPU float32, built with the machine's C compiler) or torch (the "
-        "reference); auto: fused where it builds, else torch",
+        "(one C kernel call each; CPU float32 model, float32 or float16 KV, built with the machine's C "
+        "compiler) or torch (the reference); auto: fused where it builds, else torch",
         choices=("auto", *LAYER_OPS),
     )
     tokenizer: str | None = knob(
@@ -98,17 +125,12 @@ class EngineConfig:
             raise ValueError(f"load_format must be one of {LOAD_FORMATS}, got {self.load_format!r}")
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {self.dtype!r}")
-        import torch
-
-        try:
-            dev = torch.device(self.device)
-        except RuntimeError as exc:
-            raise ValueError(f"bad device {self.device!r}: {exc}") from None
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
+        if self.kv_cache_dtype != "auto" and self.kv_cache_dtype not in DTYPES:
+            raise ValueError(f"kv_cache_dtype must be 'auto' or one of {sorted(DTYPES)}, got {self.kv_cache_dtype!r}")
+        dev = device_type(self.device)
         if self.quantization != "auto" and self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be 'auto' or one of {QUANTIZATIONS}, got {self.quantization!r}")
-        if self.quantization not in ("auto", "none") and (dev.type != "cpu" or self.torch_dtype != torch.float32):
+        if self.quantization not in ("auto", "none") and (dev != "cpu" or self.dtype_name != "float32"):
             raise ValueError(
                 f"quantization {self.quantization!r} runs on the CPU in float32 (fbgemm); "
                 f"got device {self.device!r}, dtype {self.dtype!r}"
@@ -117,9 +139,20 @@ class EngineConfig:
             raise ValueError(f"attention must be 'auto' or one of {ATTENTIONS}, got {self.attention!r}")
         if self.layer_ops != "auto" and self.layer_ops not in LAYER_OPS:
             raise ValueError(f"layer_ops must be 'auto' or one of {LAYER_OPS}, got {self.layer_ops!r}")
-        if self.attention == "paged" and (dev.type != "cpu" or self.torch_dtype != torch.float32):
+        if self.attention == "paged" and (dev != "cpu" or self.dtype_name != "float32"):
             raise ValueError(
                 f"attention 'paged' runs on the CPU in float32; got device {self.device!r}, dtype {self.dtype!r}"
+            )
+        if (
+            self.kv_dtype_name == "bfloat16"
+            and dev == "cpu"
+            and self.dtype_name == "float32"
+            and (self.attention != "gather" or self.layer_ops != "torch")
+        ):
+            raise ValueError(
+                "kv_cache_dtype 'bfloat16' with a float32 model on the CPU: the paged attention and fused "
+                "layer-op kernels read and write float32 or float16 KV only; use kv_cache_dtype 'float16', or "
+                "attention 'gather' with layer_ops 'torch'"
             )
         _positive("block_size", self.block_size)
         _positive("max_num_seqs", self.max_num_seqs)
@@ -138,26 +171,48 @@ class EngineConfig:
 
     @property
     def torch_device(self) -> torch.device:
+        """The device (ValueError for CUDA where torch has none: checked here, where the engine is built)."""
         import torch
 
-        return torch.device(self.device)
+        dev = torch.device(self.device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
+        return dev
+
+    @property
+    def dtype_name(self) -> str:
+        """The torch dtype's name: `dtype`, auto resolved (bfloat16 on cuda, float32 elsewhere)."""
+        if self.dtype == "auto":
+            return "bfloat16" if device_type(self.device) == "cuda" else "float32"
+        return DTYPES[self.dtype]
 
     @property
     def torch_dtype(self) -> torch.dtype:
         import torch
 
-        if self.dtype == "auto":
-            return torch.bfloat16 if self.torch_device.type == "cuda" else torch.float32
-        return getattr(torch, DTYPES[self.dtype])
+        return getattr(torch, self.dtype_name)
+
+    @property
+    def kv_dtype_name(self) -> str:
+        """The KV arena's dtype name: `kv_cache_dtype`, auto resolved (float16 for a float32 model on the
+        CPU, else the model dtype)."""
+        if self.kv_cache_dtype != "auto":
+            return DTYPES[self.kv_cache_dtype]
+        model = self.dtype_name
+        return "float16" if model == "float32" and device_type(self.device) == "cpu" else model
+
+    @property
+    def torch_kv_dtype(self) -> torch.dtype:
+        import torch
+
+        return getattr(torch, self.kv_dtype_name)
 
     @property
     def weight_format(self) -> str:
         """`quantization` with auto resolved: on the CPU in float32 gguf for a GGUF file, else fp16; none otherwise."""
         if self.quantization != "auto":
             return self.quantization
-        import torch
-
-        if self.torch_device.type != "cpu" or self.torch_dtype != torch.float32:
+        if device_type(self.device) != "cpu" or self.dtype_name != "float32":
             return "none"
         return "gguf" if self.checkpoint_format == "gguf" else "fp16"
 
@@ -169,7 +224,7 @@ class EngineConfig:
     @property
     def checkpoint_format(self) -> str | None:
         """The load format `model` resolves to (None: it does not exist)."""
-        from fluidpd.engine.loaders import resolve_model
+        from fluidpd.engine.model_source import resolve_model
 
         try:
             return resolve_model(self.model, self.load_format)[1]

@@ -1,6 +1,8 @@
 """One Llama decoder layer over the paged KV arena: fused q|k|v and gate|up linears, RoPE and the KV write,
 attention split into prefill segments (SDPA, causal over the block table's context) and decodes (the paged
-C kernel reading K/V pages in place, or gathered decode groups)."""
+C kernel reading K/V pages in place, or gathered decode groups). The arena may hold K/V in another dtype
+than the model's (float16 KV for a float32 model): writes round to it, reads convert to the query's dtype
+(only a prefill chunk with no earlier context attends to its K/V as computed, before rounding)."""
 
 from __future__ import annotations
 
@@ -68,8 +70,8 @@ class DecoderLayer:
     ) -> torch.Tensor:
         """q [N, H, D], k/v [N, KV, D] -> [N, H*D]; writes k/v into the paged cache first."""
         kc, vc = arena.k_layers[layer], arena.v_layers[layer]
-        kc.index_put_((meta.slot_blocks, meta.slot_offsets), k)
-        vc.index_put_((meta.slot_blocks, meta.slot_offsets), v)
+        kc.index_put_((meta.slot_blocks, meta.slot_offsets), k.to(kc.dtype))
+        vc.index_put_((meta.slot_blocks, meta.slot_offsets), v.to(vc.dtype))
         return self._attend(q, k, v, meta, arena, layer)
 
     def _attend(
@@ -105,8 +107,8 @@ class DecoderLayer:
             ks, vs = k[s:e], v[s:e]
             mask, causal = None, True
         else:
-            ks = arena.gather(kc, seg.block_ids, 0).flatten(0, 1)  # [T, KV, D]
-            vs = arena.gather(vc, seg.block_ids, 1).flatten(0, 1)
+            ks = arena.gather(kc, seg.block_ids, 0).flatten(0, 1).to(q.dtype)  # [T, KV, D]
+            vs = arena.gather(vc, seg.block_ids, 1).flatten(0, 1).to(q.dtype)
             mask, causal = seg.mask, False
         o = F.scaled_dot_product_attention(
             qs,
@@ -121,21 +123,28 @@ class DecoderLayer:
     def _decode(self, q, grp: DecodeGroup, kc, vc, arena: KVArena) -> torch.Tensor:
         b = grp.end - grp.start
         if grp.buffers is None:
-            grp.buffers = self._decode_buffers(grp, kc.shape[1:], arena)
-        k_dst, v_dst, kk, vv = grp.buffers
+            grp.buffers = self._decode_buffers(grp, kc.shape[1:], arena, q.dtype)
+        k_dst, v_dst, k_att, v_att, kk, vv = grp.buffers
         torch.index_select(kc, 0, grp.block_ids, out=k_dst)  # [B*nb, bs, KV, D]
         torch.index_select(vc, 0, grp.block_ids, out=v_dst)
+        if k_att is not k_dst:  # KV in another dtype than q: converted once per layer
+            k_att.copy_(k_dst)
+            v_att.copy_(v_dst)
         # GQA without repeating K/V: the G query heads of a KV head act as G query rows
         qd = q[grp.start : grp.end].view(b, self.kv, self.h // self.kv, self.d)
         o = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=grp.mask)
         return o.reshape(b, self.h * self.d)
 
-    def _decode_buffers(self, grp: DecodeGroup, page: torch.Size, arena: KVArena) -> tuple:
-        """Gather destinations and their [B, KV, T, D] views, shared by every layer of a step."""
+    def _decode_buffers(self, grp: DecodeGroup, page: torch.Size, arena: KVArena, dtype: torch.dtype) -> tuple:
+        """Gather destinations (the arena's dtype), what SDPA reads (`dtype`: the same tensors, or their
+        converted copies) and its [B, KV, T, D] views, shared by every layer of a step."""
         b, n = grp.end - grp.start, grp.block_ids.numel()
         k_dst, v_dst = arena.workspace((n, *page), 0), arena.workspace((n, *page), 1)
+        k_att, v_att = k_dst, v_dst
+        if dtype != arena.dtype:
+            k_att, v_att = torch.empty_like(k_dst, dtype=dtype), torch.empty_like(v_dst, dtype=dtype)
         t = n // b * page[0]
-        kk, vv = k_dst.view(b, t, self.kv, self.d), v_dst.view(b, t, self.kv, self.d)
+        kk, vv = k_att.view(b, t, self.kv, self.d), v_att.view(b, t, self.kv, self.d)
         if grp.mask is None:
             kk, vv = kk[:, : grp.ctx_len], vv[:, : grp.ctx_len]
-        return k_dst, v_dst, kk.transpose(1, 2), vv.transpose(1, 2)
+        return k_dst, v_dst, k_att, v_att, kk.transpose(1, 2), vv.transpose(1, 2)

@@ -61,11 +61,10 @@ class LLMEngine(KVExchange, TierHooks):
         mc = self.model_config = model.config
         self.max_model_len = config.max_model_len or model.max_positions
         bs = config.block_size
-        self.kv_layout = KVLayout(mc.num_layers, mc.num_kv_heads, mc.head_dim, bs, str(config.torch_dtype))
-        num_blocks, total = config.arena_layout(
-            self.kv_layout.block_numel * config.torch_dtype.itemsize, self.max_model_len
-        )
-        self.arena = KVArena.for_layout(self.kv_layout, num_blocks, total, config.torch_dtype, config.torch_device)
+        kv_dtype = config.torch_kv_dtype  # float16 on the CPU by default: the kernels convert on write and read
+        self.kv_layout = KVLayout(mc.num_layers, mc.num_kv_heads, mc.head_dim, bs, str(kv_dtype))
+        num_blocks, total = config.arena_layout(self.kv_layout.block_numel * kv_dtype.itemsize, self.max_model_len)
+        self.arena = KVArena.for_layout(self.kv_layout, num_blocks, total, kv_dtype, config.torch_device)
         self.blocks = BlockManager(num_blocks, bs, enable_caching=config.enable_prefix_caching)
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens)
         self.runner = ModelRunner(model, self.arena, bs)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+from fluidpd.engine.sampling_params import SamplingParams, TokenLogprob
 
-from fluidpd.engine.sampling import SamplingParams, TokenLogprob
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)

@@ -93,9 +93,9 @@ class TorchLayerOps(_Shape):
         qk = rope(qkv[:, : self.qk_dim].view(n, self.h + self.kv, self.d), st.cos, st.sin)
         v = qkv[:, self.qk_dim :].view(n, self.kv, self.d)
         q, k = qk[:, : self.h], qk[:, self.h :]
-        idx = (st.slot_blocks, st.slot_offsets)
-        st.arena.k_layers[layer].index_put_(idx, k)
-        st.arena.v_layers[layer].index_put_(idx, v)
+        idx, kv_dtype = (st.slot_blocks, st.slot_offsets), st.arena.dtype
+        st.arena.k_layers[layer].index_put_(idx, k.to(kv_dtype))  # rounded to the KV dtype (a no-op if the same)
+        st.arena.v_layers[layer].index_put_(idx, v.to(kv_dtype))
         return q, k, v
 
     def silu_mul(self, gu, st) -> torch.Tensor:
@@ -117,15 +117,21 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 def fused_kernels(march: str = "native") -> ctypes.CDLL:
     """fused_ops.c with its signatures declared; KernelUnavailable when it cannot be built."""
     lib = load("fused_ops", march)
-    lib.add_rms_norm.restype = lib.silu_mul.restype = lib.rope_kv_write.restype = None
+    lib.add_rms_norm.restype = lib.silu_mul.restype = None
     lib.add_rms_norm.argtypes = [_p, _i64, _p, _i64, _p, _i64, _p, _i32, _i32, _f32]
     lib.silu_mul.argtypes = [_p, _i64, _p, _i64, _i32, _i32]
-    lib.rope_kv_write.argtypes = [_p, _i64, _i32, _i32, _i32, _i32, _p, _p, _p, _p, _p, _i64, _i64, _p, _p]
+    for fn in (lib.rope_kv_write, lib.rope_kv_write_f16):  # float32 / float16 KV pages
+        fn.restype = None
+        fn.argtypes = [_p, _i64, _i32, _i32, _i32, _i32, _p, _p, _p, _p, _p, _i64, _i64, _p, _p]
     return lib
 
 
+KV_WRITERS = {torch.float32: "rope_kv_write", torch.float16: "rope_kv_write_f16"}  # by the KV pages' dtype
+
+
 class FusedLayerOps(_Shape):
-    """One C call per op group (CPU, float32, contiguous rows); in-place RoPE on the qkv output."""
+    """One C call per op group (CPU, float32, contiguous rows); in-place RoPE on the qkv output; the KV
+    write stores float32 pages, or float16 ones rounded to nearest even (as torch's `.half()`)."""
 
     def __init__(self, heads: int, kv_heads: int, head_dim: int, hidden: int, intermediate: int, march: str = "native"):
         super().__init__(heads, kv_heads, head_dim)
@@ -139,8 +145,8 @@ class FusedLayerOps(_Shape):
         if not (cos.is_contiguous() and sin.is_contiguous()) or cos.shape[1] * 2 != self.d:
             raise ValueError(f"cos/sin tables must be contiguous [max_positions, {self.d // 2}]")
         k0 = arena.k_layers[0]
-        if k0.dtype != torch.float32 or k0.stride(3) != 1 or k0.stride(2) != self.d:
-            raise ValueError("KV pages must be float32 with contiguous heads")
+        if k0.dtype not in KV_WRITERS or k0.stride(3) != 1 or k0.stride(2) != self.d:
+            raise ValueError(f"KV pages must be float32 or float16 with contiguous heads, not {k0.dtype}")
         if n and (int(positions.max()) >= cos.shape[0] or int(slot_blocks.max()) >= k0.shape[0]):
             raise IndexError("a position past the RoPE table or a KV slot past the arena")  # C would write anywhere
         st = OpsStep(n, arena, slot_blocks, slot_offsets, cos, sin, positions)
@@ -162,7 +168,7 @@ class FusedLayerOps(_Shape):
     def rope_kv(self, qkv, st, layer):
         assert qkv.stride(1) == 1 and qkv.shape == (st.n, self.qk_dim + self.kv * self.d)
         kc, vc = st.arena.k_layers[layer], st.arena.v_layers[layer]
-        self.lib.rope_kv_write(
+        getattr(self.lib, KV_WRITERS[kc.dtype])(
             qkv.data_ptr(), qkv.stride(0), st.n, self.h, self.kv, self.d, st.cos.data_ptr(), st.sin.data_ptr(),
             st.positions.data_ptr(), kc.data_ptr(), vc.data_ptr(), kc.stride(0), kc.stride(1),
             st.slot_blocks.data_ptr(), st.slot_offsets.data_ptr(),

@@ -4,7 +4,7 @@ One forward runs a flattened mixed batch: every token of every prefill chunk and
 token goes through the dense layers together ([num_tokens, hidden]); attention splits the rows
 into prefill segments (one SDPA each, causal over earlier context read from the block table)
 and decodes: on the CPU in float32 one C kernel call per layer reads every decode row's K/V pages
-in place (fluidpd.engine.paged_attention); elsewhere, or with `attention="gather"`, decode groups
+(float32 or float16) in place (fluidpd.engine.paged_attention); elsewhere, or with `attention="gather"`, decode groups
 (pages of similar-length contexts gathered into scratch, one padded SDPA per group).
 Weights are fused at load (q|k|v and gate|up) to keep the per-layer op count small; each
 linear layer is built by the weight format `quantization` names (fluidpd.engine.linear).

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from fluidpd.engine.sampling import TokenLogprob
-from fluidpd.engine.sequence import Sequence
+from fluidpd.engine.sampling_params import TokenLogprob
+
+if TYPE_CHECKING:
+    from fluidpd.engine.sequence import Sequence
 
 
 @dataclass

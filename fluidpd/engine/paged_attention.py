@@ -2,7 +2,8 @@
 
 The gather path (`index_select` of every page into scratch, then SDPA) copies a step's whole KV
 context per layer; this kernel walks each row's block table and reads K/V where they lie. CPU,
-float32; elsewhere the model keeps the gather path.
+float32 queries over float32 or float16 pages (converted on load, the same float32 math after it);
+elsewhere the model keeps the gather path.
 """
 
 from __future__ import annotations
@@ -43,23 +44,28 @@ class PagedDecodes:
 class PagedDecodeAttention:
     """out[b] = softmax(q[b] K_b^T * scale) V_b over row b's pages, for every decode row at once."""
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, march: str = "native") -> None:
         if num_heads % num_kv_heads or num_heads // num_kv_heads > MAX_GROUP or head_dim % 8:
             raise KernelUnavailable(
                 f"the paged kernel needs head_dim % 8 == 0 and at most {MAX_GROUP} query heads per KV head; "
                 f"got {num_heads} heads, {num_kv_heads} KV heads of {head_dim}"
             )
-        fn = load("paged_attention").paged_decode_attention
-        fn.restype = ctypes.c_int32
-        fn.argtypes = [_p, _i64, _p, _p, _p, _i64, _i64, _p, _i32, _p, _i32, _i32, _i32, _i32, _i32, _f32, _p]
-        self.fn, self.h, self.kv, self.d = fn, num_heads, num_kv_heads, head_dim
+        lib = load("paged_attention", march)
+        self.fns = {torch.float32: lib.paged_decode_attention, torch.float16: lib.paged_decode_attention_f16}
+        for fn in self.fns.values():  # by the pages' dtype
+            fn.restype = ctypes.c_int32
+            fn.argtypes = [_p, _i64, _p, _p, _p, _i64, _i64, _p, _i32, _p, _i32, _i32, _i32, _i32, _i32, _f32, _p]
+        self.h, self.kv, self.d = num_heads, num_kv_heads, head_dim
         self.scale = head_dim**-0.5
 
     def __call__(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, rows: PagedDecodes) -> torch.Tensor:
-        """q [B, H, D] (rows may be strided), kc/vc one layer's [blocks, block_size, KV, D] pages -> [B, H*D]."""
+        """q [B, H, D] (rows may be strided), kc/vc one layer's [blocks, block_size, KV, D] pages (float32 or
+        float16) -> [B, H*D] float32."""
         b = rows.end - rows.start
         if q.dtype != torch.float32 or q.stride(2) != 1 or q.stride(1) != self.d or kc.stride(3) != 1:
             raise ValueError("paged decode attention needs float32 q and pages with contiguous heads")
+        if kc.dtype not in self.fns or vc.dtype != kc.dtype:
+            raise ValueError(f"paged decode attention reads float32 or float16 pages, not {kc.dtype} / {vc.dtype}")
         if kc.stride() != vc.stride() or kc.stride(2) != self.d:
             raise ValueError("K and V pages must share one [block, token, head, dim] layout")
         if q.shape[0] != b or rows.scores.numel() < self.h * rows.max_ctx:
@@ -74,7 +80,7 @@ class PagedDecodeAttention:
 
     def _run(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, rows: PagedDecodes, out: torch.Tensor) -> None:
         t, n = rows.tables, rows.end - rows.start
-        rc = self.fn(
+        rc = self.fns[kc.dtype](
             q.data_ptr(), q.stride(0), out.data_ptr(), kc.data_ptr(), vc.data_ptr(), kc.stride(0), kc.stride(1),
             t.data_ptr(), t.shape[1], rows.ctx_lens.data_ptr(), n, self.h, self.kv, self.d, kc.shape[1],
             self.scale, rows.scores.data_ptr(),

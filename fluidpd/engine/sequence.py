@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import torch
+from fluidpd.engine.sampling_params import SamplingParams, TokenLogprob
 
-from fluidpd.engine.sampling import SamplingParams, TokenLogprob
+if TYPE_CHECKING:
+    import torch
 
 
 class SequenceStatus(str, Enum):  # noqa: UP042 - StrEnum would change str() and f-strings of a member

@@ -17,6 +17,8 @@ Methods (executed on the worker's engine, strictly in submission order per worke
     resize_kv(num_blocks) -> ResizeResult
     stats() -> EngineStats
     ping(delay_s=0.0) -> {"worker_id", "pid", "time"}
+    profile() -> EngineProfile                       the engine's step times, at the worker's threads
+                                                     (on a throwaway engine sharing its model)
 
 Errors: an exception raised by the engine comes back on the Future as the same type with the same
 message. Cancelling a Future only drops its outcome: the call still runs, in order (so both

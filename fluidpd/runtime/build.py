@@ -1,11 +1,13 @@
-"""Build the serving runtime: load and profile the engine, size max_model_len, start the workers."""
+"""Build the serving runtime: start the workers, size max_model_len on worker 0's engine and profile it.
+
+With the process and Ray backends this process loads only the tokenizer (no torch, no weights: the
+workers load the model); the in-process backend loads the model here once and shares it."""
 
 from __future__ import annotations
 
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from fluidpd.policy.view import blocks_for
 from fluidpd.runtime.config import RuntimeConfig
@@ -18,13 +20,18 @@ def _stderr(msg: str) -> None:
 
 
 def serving_max_model_len(engine, requested: int | None) -> tuple[int, str]:
-    """The longest request (prompt + output) every worker can serve, and why.
+    """The longest request (prompt + output) every worker can serve, and why, for workers like `engine`.
 
     As vLLM does: the model's context (an explicit `requested` instead), if one worker's KV holds a
     request that long, else an error for `requested` and the cap for the default. A prefill worker
     keeps room for one such prompt when FluidRole re-slices its arena (`prefill_kv_floor`)."""
-    bs, blocks = engine.config.block_size, engine.blocks.num_blocks
-    whole = blocks * bs
+    return max_model_len_for(engine.config.block_size, engine.blocks.num_blocks, engine.max_model_len, requested)
+
+
+def max_model_len_for(block_size: int, blocks: int, context: int, requested: int | None) -> tuple[int, str]:
+    """`serving_max_model_len` for workers of `blocks` KV blocks of `block_size` tokens over a model
+    whose context is `context` tokens (what a worker's StartInfo reports)."""
+    bs, whole = block_size, blocks * block_size
     if requested is not None:
         if requested > whole:
             raise ValueError(
@@ -34,9 +41,9 @@ def serving_max_model_len(engine, requested: int | None) -> tuple[int, str]:
             )
         return requested, "as requested"
     where = f"one worker's KV ({blocks} blocks x {bs} tokens)"
-    if engine.max_model_len <= whole:
-        return engine.max_model_len, f"the model's context ({where} holds {whole} tokens)"
-    return whole, (f"capped by {where}; the model's context is {engine.max_model_len}; more --num-kv-blocks for longer")
+    if context <= whole:
+        return context, f"the model's context ({where} holds {whole} tokens)"
+    return whole, (f"capped by {where}; the model's context is {context}; more --num-kv-blocks for longer")
 
 
 def build_coordinator(
@@ -47,44 +54,72 @@ def build_coordinator(
     profile: EngineProfile | None = None,
     placement=None,
 ) -> Coordinator:
-    """Start `runtime.workers` engines of `config` (after profiling one in this process, unless a
-    `profile` is given) and return the coordinator (not yet started: `await coordinator.start()`
-    inside the serving event loop). `model_name`: the name clients use (default: `config.model`).
-    `placement`: where Ray workers go (`ray_placement`; default: reserved here)."""
+    """Start `runtime.workers` engines of `config` and return the coordinator (not yet started:
+    `await coordinator.start()` inside the serving event loop). `model_name`: the name clients use
+    (default: `config.model`). `placement`: where Ray workers go (`ray_placement`; default: reserved here).
+
+    Worker 0 tells what every worker serves (max_model_len, KV blocks, vocabulary) and, unless a
+    `profile` is given, measures its engine's step times for the policy (the `profile` call). The
+    in-process backend loads the model here once and shares it between its workers; the process and
+    Ray backends load it in their workers only: this process reads the tokenizer and never imports torch."""
     from fluidpd.runtime.backend import make_worker
 
     log = log or _stderr
-    probe = _probe(config, runtime, log, profile)
-    shared: dict = {"model": probe.model, "tokenizer": probe.tokenizer} if runtime.backend == "inprocess" else {}
+    t0 = time.perf_counter()
+    shared: dict = {}
+    if runtime.backend == "inprocess":
+        from fluidpd.engine.model_loading import load_model
+
+        shared["model"], shared["tokenizer"] = load_model(config)
+        tokenizer = shared["tokenizer"]
+    else:
+        from fluidpd.engine.model_source import load_tokenizer
+
+        tokenizer = load_tokenizer(config)
+    if tokenizer is None:
+        raise ValueError(f"serving needs a tokenizer: {config.model} has none (pass --tokenizer)")
+    load_s = time.perf_counter() - t0
+    _release_heap()  # what reading the GGUF's metadata (or the checkpoint) left on the heap
     threads = runtime.worker_threads
+    release = None
     if runtime.backend == "ray":
         from fluidpd.runtime.ray_links import ray_placement
 
         gpus = str(config.device).startswith("cuda")
         shared["placement"] = placement or ray_placement(runtime, gpus, log)[0]
+        release = shared["placement"].remove
         threads = runtime.threads  # 0: each actor splits its node's cores between the workers there
-    probe.model = None  # in-process workers share it through `shared`; the others load their own
-    _release_heap()
     config = with_kv_store(config, runtime, log)
 
     def spawn(i: int):
         return make_worker(runtime.backend, i, config, num_threads=threads, **shared)
 
     backends = [spawn(i) for i in range(runtime.workers)]
-    _start(backends, runtime, bool(shared), log)
+    try:
+        first = _start(backends, runtime, runtime.backend == "inprocess", log, load_s, config, profile)
+    except BaseException:  # e.g. a max_model_len no worker holds: nothing of the start stays behind
+        for b in backends:
+            b.close()
+        if release is not None and placement is None:
+            release()
+        if config.kv_store:
+            from fluidpd.engine.kvstore.shm import SharedKVStore
+
+            SharedKVStore.unlink(config.kv_store)
+        raise
     return Coordinator(
         backends,
-        probe.tokenizer,
+        tokenizer,
         model_name or config.model,
-        probe.max_model_len,
-        probe.vocab_size,
-        probe.kv_blocks,
+        first.max_model_len,
+        first.vocab_size,
+        first.kv_blocks,
         config.block_size,
-        probe.kv_bytes_per_token,
-        probe.profile,
+        first.kv_bytes_per_token,
+        first.profile,
         runtime,
         spawn,
-        release=shared["placement"].remove if "placement" in shared else None,
+        release=release,
         prefix_caching=config.enable_prefix_caching,
         kv_store=config.kv_store,
         kv_store_bytes=config.kv_store_bytes,
@@ -111,16 +146,24 @@ def with_kv_store(config, runtime: RuntimeConfig, log):
 
 
 def measure_host(config, runtime: RuntimeConfig) -> EngineProfile:
-    """What `fluidpd serve` with these configs measures of this host at startup (its engine profile),
-    without starting workers."""
-    probe = _probe(config, runtime, lambda m: None, None)
-    probe.model = None
-    _release_heap()
-    return probe.profile
+    """What `fluidpd serve` with these configs measures of this host at startup (its engine profile:
+    `profile_engine` at a worker's torch threads), on an engine in this process, without starting workers."""
+    import torch
+
+    from fluidpd.engine.engine import LLMEngine
+    from fluidpd.runtime.profile import profile_engine
+
+    torch.set_num_threads(runtime.worker_threads)
+    engine = LLMEngine(config)
+    try:
+        return profile_engine(engine)
+    finally:
+        del engine
+        _release_heap()
 
 
 def _release_heap() -> None:
-    """Hand the heap the probe engine freed (its weights, arena and profile runs) back to the OS."""
+    """Hand the heap a load or an engine freed (parsed metadata, weights, arena, profile runs) back to the OS."""
     import gc
 
     from fluidpd.core.memory import trim_heap
@@ -130,61 +173,46 @@ def _release_heap() -> None:
 
 
 @dataclass
-class _Probe:
-    """What one engine loaded (and profiled) in this process tells the coordinator about every worker."""
+class _Served:
+    """What worker 0 tells the coordinator about every worker."""
 
-    model: Any
-    tokenizer: Any
     max_model_len: int
-    profile: EngineProfile
+    vocab_size: int
     kv_blocks: int
     kv_bytes_per_token: float
-    vocab_size: int
+    profile: EngineProfile
 
 
-def _probe(config, runtime: RuntimeConfig, log, profile: EngineProfile | None) -> _Probe:
-    """Load the model, size max_model_len on an engine of `config` and profile it (unless `profile` is given)."""
-    import torch
-
-    from fluidpd.engine.engine import LLMEngine, load_model
-    from fluidpd.runtime.profile import profile_engine
-
-    # the profile prices steps for the policy: measured at the threads a worker runs
-    torch.set_num_threads(runtime.worker_threads)
-    t0 = time.perf_counter()
-    model, tokenizer = load_model(config)
-    if tokenizer is None:
-        raise ValueError(f"serving needs a tokenizer: {config.model} has none (pass --tokenizer)")
-    probe = LLMEngine(config, model=model, tokenizer=tokenizer)
-    max_len, why = serving_max_model_len(probe, config.max_model_len)
-    log(
-        f"loaded {config.model} in {time.perf_counter() - t0:.1f} s ({model.quantization} weights, "
-        f"{model.attention} decode attention); max_model_len {max_len}: {why}"
-    )
-    if profile is None:
-        log("profiling step times ...")
-        profile = profile_engine(probe)
-    log(
-        f"profile: f_P(512) = {profile.prefill_time(512) * 1e3:.0f} ms, decode step "
-        f"{profile.decode_step_s * 1e3:.1f} ms, L_m = {profile.prefill_batch_tokens} tokens"
-    )
-    kv_bytes_per_token = probe.arena.block_bytes / config.block_size
-    return _Probe(
-        model, tokenizer, max_len, profile, probe.blocks.num_blocks, kv_bytes_per_token, probe.model_config.vocab_size
-    )
-
-
-def _start(backends: list, runtime: RuntimeConfig, shared: bool, log) -> None:
-    """Start the workers and log how long that took and the memory each holds."""
+def _start(
+    backends: list, runtime: RuntimeConfig, shared: bool, log, load_s: float, config, profile: EngineProfile | None
+) -> _Served:
+    """Start the workers, size max_model_len on worker 0's engine and profile it (unless `profile` is
+    given); log the load, the profile, how long the start took and the memory each worker holds."""
     from fluidpd.core.memory import rss_bytes
     from fluidpd.runtime.backend import start_workers
 
     t1 = time.perf_counter()
     infos = start_workers(backends)
+    start_s = time.perf_counter() - t1
+    info = infos[0]
+    stats = info.stats
+    max_len, why = max_model_len_for(config.block_size, stats.num_kv_blocks, info.max_model_len, config.max_model_len)
+    log(
+        f"loaded {config.model} in {load_s + info.weight_load_s + info.engine_build_s:.1f} s ({info.quantization} "
+        f"weights, {info.attention} decode attention); max_model_len {max_len}: {why}"
+    )
+    if profile is None:
+        log("profiling step times ...")
+        profile = backends[0].submit("profile").result()
+    log(
+        f"profile: f_P(512) = {profile.prefill_time(512) * 1e3:.0f} ms, decode step "
+        f"{profile.decode_step_s * 1e3:.1f} ms, L_m = {profile.prefill_batch_tokens} tokens"
+    )
     rss = ", ".join(f"{rss_bytes(b.pid) / 2**30:.2f}" for b in backends)
     threads = ", ".join(sorted({str(i.threads) for i in infos}))
     log(
         f"started {runtime.workers} {runtime.backend} worker(s) ({threads} torch thread(s) each) in "
-        f"{time.perf_counter() - t1:.1f} s, "
+        f"{start_s:.1f} s, "
         f"policy {runtime.policy}; resident memory per worker (GiB{', one shared process' if shared else ''}): {rss}"
     )
+    return _Served(max_len, info.vocab_size, stats.num_kv_blocks, stats.block_bytes / config.block_size, profile)

@@ -12,15 +12,15 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from fluidpd.engine.config import EngineConfig
 from fluidpd.runtime.futures import failed_future, resolve_future
 from fluidpd.runtime.messages import METHODS, OUT_OF_BAND, StartInfo, WorkerClosedError
 from fluidpd.runtime.transport.base import KVTransport
-from fluidpd.runtime.worker_main import EngineService, build_engine, start_info
+
+if TYPE_CHECKING:
+    from fluidpd.runtime.worker_main import EngineService
 
 _STOP = object()
 
@@ -84,7 +84,12 @@ class InProcessWorker:
         return self.info
 
     def _build(self) -> StartInfo:
-        """On the worker's thread (torch's thread count is per thread: the workers of one process split its cores)."""
+        """On the worker's thread (torch's thread count is per thread: the workers of one process split its cores).
+        The engine (and torch) is imported here, so that registering this backend loads neither."""
+        import torch
+
+        from fluidpd.runtime.worker_main import EngineService, build_engine, start_info
+
         t0 = time.perf_counter()
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)

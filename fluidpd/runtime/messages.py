@@ -20,7 +20,7 @@ from typing import Any
 
 # the methods a worker executes on its engine (see fluidpd.runtime.worker_main.EngineService)
 METHODS = frozenset(
-    {"add_request", "run_step", "abort", "export_kv", "import_kv", "resize_kv", "stats", "ping", "heartbeat"}
+    {"add_request", "run_step", "abort", "export_kv", "import_kv", "resize_kv", "stats", "ping", "heartbeat", "profile"}
 )
 # answered at once, beside the call in progress (they touch no engine state): a busy worker
 # still answers them, a frozen one does not
@@ -102,6 +102,8 @@ class StartInfo:
     device: str = "cpu"
     transport: str = ""
     threads: int = 0  # torch threads its engine runs
+    quantization: str = ""  # the model's weight format (fluidpd.engine.model.LlamaModel.quantization)
+    attention: str = ""  # its decode attention (paged, gather)
 
 
 @dataclass(slots=True)

@@ -1,6 +1,7 @@
 """ProcessWorker: one spawned process per worker; control over a Pipe, KV over shared memory.
 
-The child (`fluidpd.runtime.worker_main.run_worker`) builds its engine from the EngineConfig
+The child (`fluidpd.runtime.worker_main.run_worker`, reached through `worker_entry` so that this
+module, and the server importing it, never load torch) builds its engine from the EngineConfig
 (weights are loaded in the child), running `num_threads` torch threads (the serving runtime passes
 `RuntimeConfig.worker_threads`: the machine's usable cores split between its workers).
 In the parent (`fluidpd.runtime.pipe_calls`), `submit` pickles the call and queues it; one sender
@@ -35,9 +36,15 @@ from fluidpd.runtime.messages import (
 from fluidpd.runtime.pipe_calls import STOP, PipeCalls
 from fluidpd.runtime.transport.shm import unlink_segments_of
 from fluidpd.runtime.worker_env import worker_environ
-from fluidpd.runtime.worker_main import run_worker
 
 _ENV_LOCK = threading.Lock()
+
+
+def worker_entry(conn, worker_id: int, config: EngineConfig, options: dict) -> None:
+    """The spawned child's target: imports the engine (torch) there, then runs `run_worker`."""
+    from fluidpd.runtime.worker_main import run_worker
+
+    run_worker(conn, worker_id, config, options)
 
 
 @contextmanager
@@ -126,7 +133,7 @@ class ProcessWorker(PipeCalls):
             t0 = time.perf_counter()
             opts = dict(self.options, spawn_time=time.time())
             self.process = ctx.Process(
-                target=run_worker,
+                target=worker_entry,
                 args=(child, self.worker_id, self.config, opts),
                 name=f"fluidpd-worker-{self.worker_id}",
                 daemon=True,

@@ -5,7 +5,7 @@ its own thread pool, and OpenMP's default spin-wait keeps torch's threads on the
 threads on 2 cores, batch-1 step 13.0 ms spinning vs 8.9 ms passive, where the fp16 format, all OpenMP,
 runs 8.9 vs 15.6 ms: `engine_bandwidth.py`). OpenMP reads it once, when it starts: a process worker
 and a Ray actor get it in their environment; in this process it must be set before torch is imported
-(`fluidpd serve` does, for its in-process workers and the engine it profiles). A value the user set wins.
+(`fluidpd serve` does, for its in-process workers). A value the user set wins.
 """
 
 from __future__ import annotations

@@ -13,10 +13,12 @@ import queue
 import signal
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import torch
 
+from fluidpd.core.memory import trim_heap
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.engine import LLMEngine, load_model
 from fluidpd.engine.plan import PrefillChunk, StepPlan
@@ -34,6 +36,7 @@ from fluidpd.runtime.messages import (
     encode,
     portable_error,
 )
+from fluidpd.runtime.profile import EngineProfile, profile_engine
 from fluidpd.runtime.transport import configure_transport, get_transport
 from fluidpd.runtime.transport.base import KVHandle, KVTransport
 
@@ -108,6 +111,33 @@ class EngineService:
         """Out of band (OUT_OF_BAND): answered while another call runs."""
         return {"worker_id": self.worker_id, "pid": os.getpid(), "time": time.time()}
 
+    def profile(self) -> EngineProfile:
+        """This worker's step times for the policy (`profile_engine`), at its torch threads, measured on a
+        throwaway engine of its config sharing its model (no KV store): the serving engine's KV, prefix
+        cache, counters and the node's store are left as they were."""
+        probe = LLMEngine(
+            replace(self.engine.config, kv_store="", kv_store_bytes=0),
+            model=self.engine.model,
+            tokenizer=self.engine.tokenizer,
+        )
+        cuda = probe.arena.device.type == "cuda"
+        try:
+            return profile_engine(probe)
+        finally:
+            del probe
+            release_heap(cuda)
+
+
+def release_heap(cuda: bool = False) -> None:
+    """Hand what a throwaway engine freed (its arena, the profile's activations) back to the OS (and,
+    with `cuda`, the device memory torch's allocator kept)."""
+    import gc
+
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    trim_heap()
+
 
 def warmup(engine: LLMEngine) -> float:
     """One prefill step and one decode step of a throwaway request; seconds. Leaves no state."""
@@ -159,6 +189,8 @@ def start_info(
         device=str(c.device),
         transport=transport,
         threads=torch.get_num_threads(),  # call on the engine's thread: the count is per thread
+        quantization=engine.model.quantization,
+        attention=engine.model.attention,
         **times,
     )
 

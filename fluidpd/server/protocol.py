@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticUndefined
 
-from fluidpd.engine.sampling import MAX_LOGPROBS, MAX_TEMPERATURE, SEED_RANGE, SamplingParamError, SamplingParams
+from fluidpd.engine.sampling_params import MAX_LOGPROBS, MAX_TEMPERATURE, SEED_RANGE, SamplingParamError, SamplingParams
 from fluidpd.server.errors import APIError, bad_request
 
 # ---------------------------------------------------------------------- request bodies

@@ -18,3 +18,5 @@ def test_generate_user_errors_exit_2(capsys, tmp_path):
     assert "model not found" in capsys.readouterr().err
     assert cli.main(["generate", "--prompt", "x", "--max-tokens", "0"]) == 2
     assert "max_tokens" in capsys.readouterr().err
+    assert cli.main(["generate", "--prompt", "x", "--kv-cache-dtype", "fp8"]) == 2
+    assert "kv_cache_dtype" in capsys.readouterr().err

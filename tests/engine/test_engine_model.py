@@ -8,17 +8,17 @@ import json
 
 import pytest
 import torch
-from engine_testdata import PROMPTS
+from engine_testdata import MAX_TOKENS, PROMPTS
 from engine_tolerance import logits_tol
 
-from fluidpd.engine import EngineConfig, LLMEngine
+from fluidpd.engine import EngineConfig, LLMEngine, SamplingParams
 from fluidpd.engine.loaders.dummy import random_tensors
 from fluidpd.engine.model_config import ModelConfig
 
 
 @pytest.mark.slow
 def test_logits_match_transformers_prefill_and_decode(make_engine, hf_smol):
-    eng = make_engine(num_kv_blocks=16)
+    eng = make_engine(num_kv_blocks=16, kv_cache_dtype="float32")  # the subject is fp32 arithmetic: fp32 KV
     ids = eng.tokenizer.encode(PROMPTS[4])
     with torch.no_grad():  # same weights, exact in fp64
         ref = copy.deepcopy(hf_smol).double()(torch.tensor([ids])).logits[0]
@@ -31,13 +31,15 @@ def test_logits_match_transformers_prefill_and_decode(make_engine, hf_smol):
 
 
 @pytest.mark.slow
-def test_greedy_matches_transformers_generate(make_engine, hf_smol, reference):
-    ids = make_engine(num_kv_blocks=16).tokenizer.encode(PROMPTS[0])
+def test_greedy_matches_transformers_generate(make_engine, hf_smol):
+    eng = make_engine(num_kv_blocks=16, kv_cache_dtype="float32")  # fp32 end to end, as transformers runs
+    ours = eng.generate([PROMPTS[0]], SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))[0].token_ids
+    ids = eng.tokenizer.encode(PROMPTS[0])
     with torch.no_grad():
         out = hf_smol.generate(
-            torch.tensor([ids]), max_new_tokens=len(reference[0]), do_sample=False, pad_token_id=2, eos_token_id=None
+            torch.tensor([ids]), max_new_tokens=len(ours), do_sample=False, pad_token_id=2, eos_token_id=None
         )
-    assert out[0, len(ids) :].tolist() == reference[0]
+    assert out[0, len(ids) :].tolist() == ours
 
 
 def _tiny(arch: str, **kw) -> ModelConfig:
@@ -118,7 +120,7 @@ def test_tiny_models_match_transformers(tmp_path, arch, kw):
     if cfg.attention_bias:
         assert "model.layers.0.self_attn.q_proj.bias" in tensors
     _save_checkpoint(tmp_path / "ckpt", cfg, tensors)
-    eng = _engine(tmp_path / "ckpt")
+    eng = _engine(tmp_path / "ckpt", kv_cache_dtype="float32")  # exact fp32 arithmetic against fp64: fp32 KV
     assert eng.model_config == cfg
     with torch.no_grad():  # same weights, exact in fp64
         ref = _hf_model(cfg, tensors).double()(torch.tensor([IDS])).logits[0]
@@ -158,7 +160,7 @@ def test_dummy_preset_shapes_and_overrides():
 def test_bf16_runs_and_tracks_fp32(tmp_path):
     cfg = _tiny("llama")
     _save_checkpoint(tmp_path / "ckpt", cfg, random_tensors(cfg, torch.float32, seed=4))
-    f32 = _engine(tmp_path / "ckpt").prompt_logits(IDS)
+    f32 = _engine(tmp_path / "ckpt", kv_cache_dtype="float32").prompt_logits(IDS)  # fp32 throughout
     eng = _engine(tmp_path / "ckpt", dtype="bfloat16")
     assert eng.arena.buffer.dtype == torch.bfloat16 and eng.model.lm_head.weight.dtype == torch.bfloat16
     bf = eng.prompt_logits(IDS, [10, 1, 1, 8])

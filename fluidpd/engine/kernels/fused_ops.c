@@ -1,5 +1,7 @@
 /* The small ops of a decoder layer, fused: residual add + RMSNorm, RoPE on q/k + the KV write into
- * the paged cache, silu(gate) * up. float32, one thread (these ops move a few KiB per decode row).
+ * the paged cache, silu(gate) * up. float32, one thread (these ops move a few KiB per decode row);
+ * the KV write stores float32 pages or float16 ones (rope_kv_write_f16: rounded to nearest even, as
+ * torch's .half(); F16C's vcvtps2ph where -march has it, else the compiler's _Float16 conversion).
  *
  * Vectors are GCC vector extensions (8 floats): AVX2 registers where -march has them, pairs of SSE
  * registers on any x86-64, plain scalars elsewhere; no intrinsics, so every build has the same
@@ -11,6 +13,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
 
 typedef float v8 __attribute__((vector_size(32)));
 typedef int32_t i8v __attribute__((vector_size(32)));
@@ -24,6 +29,26 @@ static inline v8 load8(const float *p) {
 static inline void store8(float *p, v8 x) { memcpy(p, &x, sizeof x); }
 
 static inline v8 splat(float x) { return (v8){0} + x; }
+
+/* dst[0..n) <- src[0..n) as float16 bits, rounded to nearest even */
+static inline void store_f16(uint16_t *dst, const float *src, int32_t n) {
+    int32_t i = 0;
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+#else /* GCC >= 12, Clang >= 15: the conversion inline where the ISA has it, else libgcc's (soft-fp, same rounding) */
+    typedef _Float16 h8 __attribute__((vector_size(16)));
+    for (; i + 8 <= n; i += 8) {
+        const h8 h = __builtin_convertvector(load8(src + i), h8);
+        memcpy(dst + i, &h, sizeof h);
+    }
+    for (; i < n; i++) {
+        const _Float16 h = (_Float16)src[i];
+        memcpy(dst + i, &h, sizeof h);
+    }
+#endif
+}
 
 /* exp(x) for 8 lanes, x clamped to [-87, 88]; Cephes' expf polynomial, ~1 ulp */
 static inline v8 exp8(v8 x) {
@@ -115,19 +140,42 @@ static inline void rotate(float *x, const float *c, const float *s, int32_t half
 
 /* Row r of qkv is [q (H heads) | k (KV heads) | v (KV heads)], each head D floats. RoPE at
  * positions[r] (cos/sin tables [max_pos, D/2]) rotates q and k in place, then k and v are copied to
- * token slot_offsets[r] of block slot_blocks[r] of one layer's K and V pages. */
-void rope_kv_write(float *qkv, int64_t qkv_stride, int32_t rows, int32_t heads, int32_t kv_heads, int32_t head_dim,
-                   const float *cos, const float *sin, const int64_t *positions, float *k_cache, float *v_cache,
-                   int64_t block_stride, int64_t token_stride, const int64_t *slot_blocks,
-                   const int64_t *slot_offsets) {
-    const int32_t half = head_dim / 2;
-    const size_t kv_bytes = (size_t)kv_heads * head_dim * sizeof(float);
+ * token slot_offsets[r] of block slot_blocks[r] of one layer's K and V pages (strides in elements),
+ * as float32 (f16 = 0) or rounded to float16 (f16 = 1). */
+static inline __attribute__((always_inline)) void rope_kv(
+    float *qkv, int64_t qkv_stride, int32_t rows, int32_t heads, int32_t kv_heads, int32_t head_dim, const float *cos,
+    const float *sin, const int64_t *positions, void *k_cache, void *v_cache, int64_t block_stride,
+    int64_t token_stride, const int64_t *slot_blocks, const int64_t *slot_offsets, const int f16) {
+    const int32_t half = head_dim / 2, kv_dim = kv_heads * head_dim;
     for (int32_t r = 0; r < rows; r++) {
         float *row = qkv + r * qkv_stride;
         const float *c = cos + positions[r] * half, *s = sin + positions[r] * half;
         for (int32_t h = 0; h < heads + kv_heads; h++) rotate(row + h * head_dim, c, s, half);
         const int64_t slot = slot_blocks[r] * block_stride + slot_offsets[r] * token_stride;
-        memcpy(k_cache + slot, row + heads * head_dim, kv_bytes);
-        memcpy(v_cache + slot, row + (heads + kv_heads) * head_dim, kv_bytes);
+        const float *k = row + heads * head_dim, *v = k + kv_dim;
+        if (f16) {
+            store_f16((uint16_t *)k_cache + slot, k, kv_dim);
+            store_f16((uint16_t *)v_cache + slot, v, kv_dim);
+        } else {
+            memcpy((float *)k_cache + slot, k, (size_t)kv_dim * sizeof(float));
+            memcpy((float *)v_cache + slot, v, (size_t)kv_dim * sizeof(float));
+        }
     }
+}
+
+void rope_kv_write(float *qkv, int64_t qkv_stride, int32_t rows, int32_t heads, int32_t kv_heads, int32_t head_dim,
+                   const float *cos, const float *sin, const int64_t *positions, float *k_cache, float *v_cache,
+                   int64_t block_stride, int64_t token_stride, const int64_t *slot_blocks,
+                   const int64_t *slot_offsets) {
+    rope_kv(qkv, qkv_stride, rows, heads, kv_heads, head_dim, cos, sin, positions, k_cache, v_cache, block_stride,
+            token_stride, slot_blocks, slot_offsets, 0);
+}
+
+/* rope_kv_write into float16 pages */
+void rope_kv_write_f16(float *qkv, int64_t qkv_stride, int32_t rows, int32_t heads, int32_t kv_heads,
+                       int32_t head_dim, const float *cos, const float *sin, const int64_t *positions,
+                       uint16_t *k_cache, uint16_t *v_cache, int64_t block_stride, int64_t token_stride,
+                       const int64_t *slot_blocks, const int64_t *slot_offsets) {
+    rope_kv(qkv, qkv_stride, rows, heads, kv_heads, head_dim, cos, sin, positions, k_cache, v_cache, block_stride,
+            token_stride, slot_blocks, slot_offsets, 1);
 }

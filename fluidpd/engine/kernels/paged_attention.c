@@ -1,4 +1,7 @@
-/* Decode attention over a paged KV cache, read in place (no gather), float32, one thread.
+/* Decode attention over a paged KV cache, read in place (no gather), float32, one thread; the pages
+ * are float32 (paged_decode_attention) or float16 (paged_decode_attention_f16: 8 halves loaded and
+ * converted to floats, F16C's vcvtph2ps where -march has it, else the compiler's _Float16 conversion;
+ * the same math in float32 after the load).
  *
  * Row b has one query token that sees tokens 0 .. ctx_lens[b]-1 of its own sequence; K/V of
  * token t lie in block tables[b * max_blocks + t / block_size] at offset t % block_size.
@@ -13,6 +16,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
 
 typedef float v8 __attribute__((vector_size(32)));
 typedef int32_t i8v __attribute__((vector_size(32)));
@@ -26,6 +32,23 @@ static inline v8 load8(const float *p) {
 }
 
 static inline void store8(float *p, v8 x) { memcpy(p, &x, sizeof x); }
+
+/* 8 float16 values (as bits) converted to floats (exact) */
+static inline v8 load_f16x8(const uint16_t *p) {
+#ifdef __F16C__
+    return (v8)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+#else /* GCC >= 12, Clang >= 15 */
+    typedef _Float16 h8 __attribute__((vector_size(16)));
+    h8 h;
+    memcpy(&h, p, sizeof h);
+    return __builtin_convertvector(h, v8);
+#endif
+}
+
+/* 8 K/V elements at element offset i of the pages `base`: float32 (f16 = 0) or float16 (f16 = 1) */
+static inline v8 kv8(const void *base, int64_t i, const int f16) {
+    return f16 ? load_f16x8((const uint16_t *)base + i) : load8((const float *)base + i);
+}
 
 /* exp(x) for 8 lanes, x <= 0 here (scores minus their max); Cephes' expf polynomial, ~1 ulp */
 static inline v8 exp8(v8 x) {
@@ -65,16 +88,19 @@ static inline void softmax(float *s, int32_t L) {
     for (t = 0; t < L; t++) s[t] *= inv;
 }
 
-/* token t's head vector, and a prefetch of the one PREFETCH tokens ahead (its block may lie anywhere) */
+/* the element offset of token t's head vector (at `head` elements into the token), and a prefetch of the
+   D elements of the one PREFETCH tokens ahead (its block may lie anywhere) */
 #define PREFETCH 64
-static inline const float *token(const float *base, const int32_t *table, int32_t t, int32_t L, int32_t block_size,
-                                 int64_t block_stride, int64_t token_stride, int32_t D) {
+static inline int64_t token(const void *base, int64_t head, const int32_t *table, int32_t t, int32_t L,
+                            int32_t block_size, int64_t block_stride, int64_t token_stride, int32_t D, const int f16) {
+    const int32_t esize = f16 ? 2 : 4;
     if (t + PREFETCH < L) {
         const int32_t u = t + PREFETCH;
-        const float *next = base + table[u / block_size] * block_stride + (u % block_size) * token_stride;
-        for (int32_t i = 0; i < D; i += 16) __builtin_prefetch(next + i);
+        const int64_t off = head + table[u / block_size] * block_stride + (u % block_size) * token_stride;
+        const char *next = (const char *)base + off * esize;
+        for (int32_t i = 0; i < D * esize; i += 64) __builtin_prefetch(next + i);
     }
-    return base + table[t / block_size] * block_stride + (t % block_size) * token_stride;
+    return head + table[t / block_size] * block_stride + (t % block_size) * token_stride;
 }
 
 /* lane j of the result = sum of the 8 lanes of a[j] */
@@ -91,9 +117,9 @@ static inline v8 transpose_sum(const v8 *a) {
 }
 
 static inline __attribute__((always_inline)) void attend_row(
-    const float *q, float *out, const float *k, const float *v, int64_t block_stride, int64_t token_stride,
+    const float *q, float *out, const void *k, const void *v, int64_t block_stride, int64_t token_stride,
     const int32_t *table, int32_t L, int32_t num_kv_heads, const int32_t G, const int32_t D, int32_t block_size,
-    float scale, float *scores) {
+    float scale, float *scores, const int f16) {
     const int32_t H = num_kv_heads * G;
     /* scores[h * L + t] = q_h . k_t * scale, a tile of tokens at a time: the tile's K stays in cache
        while each KV head's query heads score it */
@@ -107,9 +133,10 @@ static inline __attribute__((always_inline)) void attend_row(
                 for (int32_t h = 0; h < G; h++)
                     for (int32_t j = 0; j < 8; j++) acc[h][j] = (v8){0};
                 for (int32_t j = 0; j < n; j++) {
-                    const float *kt = token(k + g * D, table, t0 + j, L, block_size, block_stride, token_stride, D);
+                    const int64_t kt =
+                        token(k, g * D, table, t0 + j, L, block_size, block_stride, token_stride, D, f16);
                     for (int32_t i = 0; i < D; i += 8) {
-                        const v8 kv = load8(kt + i);
+                        const v8 kv = kv8(k, kt + i, f16);
                         for (int32_t h = 0; h < G; h++) acc[h][j] += load8(qg + h * D + i) * kv;
                     }
                 }
@@ -135,14 +162,45 @@ static inline __attribute__((always_inline)) void attend_row(
                     v8 o[8];
                     for (int32_t i = 0; i < w; i += 8) o[i / 8] = load8(oh + i);
                     for (int32_t t = t1; t < end; t++) {
-                        const float *vt = token(v + g * D + i0, table, t, L, block_size, block_stride, token_stride, w);
+                        const int64_t vt =
+                            token(v, g * D + i0, table, t, L, block_size, block_stride, token_stride, w, f16);
                         const v8 p = (v8){0} + sh[t];
-                        for (int32_t i = 0; i < w; i += 8) o[i / 8] += p * load8(vt + i);
+                        for (int32_t i = 0; i < w; i += 8) o[i / 8] += p * kv8(v, vt + i, f16);
                     }
                     for (int32_t i = 0; i < w; i += 8) store8(oh + i, o[i / 8]);
                 }
             }
     }
+}
+
+/* every decode row; f16 a constant in each caller below, so each gets its own unrolled loops */
+static inline __attribute__((always_inline)) int32_t decode_rows(
+    const float *q, int64_t q_row_stride, float *out, const void *k, const void *v, int64_t block_stride,
+    int64_t token_stride, const int32_t *tables, int32_t max_blocks, const int32_t *ctx_lens, int32_t num_rows,
+    int32_t num_heads, int32_t num_kv_heads, int32_t head_dim, int32_t block_size, float scale, float *scores,
+    const int f16) {
+    const int32_t G = num_heads / num_kv_heads;
+    if (G > MAX_G || head_dim % 8 != 0 || G * num_kv_heads != num_heads) return -1;
+    for (int32_t b = 0; b < num_rows; b++) {
+        const float *qb = q + b * q_row_stride;
+        float *ob = out + (int64_t)b * num_heads * head_dim;
+        const int32_t *tb = tables + (int64_t)b * max_blocks;
+        const int32_t L = ctx_lens[b];
+        /* the common shapes get constant G and D, so the loops above unroll into registers */
+        if (G == 3 && head_dim == 64)
+            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 3, 64, block_size, scale, scores,
+                       f16);
+        else if (G == 4 && head_dim == 64)
+            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 4, 64, block_size, scale, scores,
+                       f16);
+        else if (G == 8 && head_dim == 128)
+            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 8, 128, block_size, scale,
+                       scores, f16);
+        else
+            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, G, head_dim, block_size, scale,
+                       scores, f16);
+    }
+    return 0;
 }
 
 int32_t paged_decode_attention(
@@ -154,24 +212,16 @@ int32_t paged_decode_attention(
     int32_t num_kv_heads, int32_t head_dim, int32_t block_size, float scale,
     float *scores /* scratch: num_heads * max(ctx_lens) floats */
 ) {
-    const int32_t G = num_heads / num_kv_heads;
-    if (G > MAX_G || head_dim % 8 != 0 || G * num_kv_heads != num_heads) return -1;
-    for (int32_t b = 0; b < num_rows; b++) {
-        const float *qb = q + b * q_row_stride;
-        float *ob = out + (int64_t)b * num_heads * head_dim;
-        const int32_t *tb = tables + (int64_t)b * max_blocks;
-        const int32_t L = ctx_lens[b];
-        /* the common shapes get constant G and D, so the loops above unroll into registers */
-        if (G == 3 && head_dim == 64)
-            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 3, 64, block_size, scale, scores);
-        else if (G == 4 && head_dim == 64)
-            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 4, 64, block_size, scale, scores);
-        else if (G == 8 && head_dim == 128)
-            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 8, 128, block_size, scale,
-                       scores);
-        else
-            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, G, head_dim, block_size, scale,
-                       scores);
-    }
-    return 0;
+    return decode_rows(q, q_row_stride, out, k, v, block_stride, token_stride, tables, max_blocks, ctx_lens, num_rows,
+                       num_heads, num_kv_heads, head_dim, block_size, scale, scores, 0);
+}
+
+/* paged_decode_attention over float16 pages (k, v: float16 bits; strides in elements) */
+int32_t paged_decode_attention_f16(const float *q, int64_t q_row_stride, float *out, const uint16_t *k,
+                                   const uint16_t *v, int64_t block_stride, int64_t token_stride,
+                                   const int32_t *tables, int32_t max_blocks, const int32_t *ctx_lens,
+                                   int32_t num_rows, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim,
+                                   int32_t block_size, float scale, float *scores) {
+    return decode_rows(q, q_row_stride, out, k, v, block_stride, token_stride, tables, max_blocks, ctx_lens, num_rows,
+                       num_heads, num_kv_heads, head_dim, block_size, scale, scores, 1);
 }

@@ -10,86 +10,9 @@ import torch
 from fluidpd.engine.loaders.checkpoint import LOADERS, Checkpoint
 from fluidpd.engine.loaders.gguf import gguf_model_config
 from fluidpd.engine.model_config import ModelConfig, read_hf_config
+from fluidpd.engine.model_source import DUMMY_PRESETS
 
-DUMMY_PRESETS: dict[str, dict[str, Any]] = {
-    "smollm2-135m": dict(
-        architectures=["LlamaForCausalLM"],
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        rope_theta=100000.0,
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=2,
-    ),
-    "smollm2-360m": dict(
-        architectures=["LlamaForCausalLM"],
-        vocab_size=49152,
-        hidden_size=960,
-        intermediate_size=2560,
-        num_hidden_layers=32,
-        num_attention_heads=15,
-        num_key_value_heads=5,
-        rope_theta=100000.0,
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=2,
-    ),
-    "llama-3.2-1b": dict(
-        architectures=["LlamaForCausalLM"],
-        vocab_size=128256,
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=64,
-        rope_theta=500000.0,
-        rope_scaling=dict(
-            rope_type="llama3",
-            factor=32.0,
-            low_freq_factor=1.0,
-            high_freq_factor=4.0,
-            original_max_position_embeddings=8192,
-        ),
-        max_position_embeddings=131072,
-        tie_word_embeddings=True,
-        bos_token_id=128000,
-        eos_token_id=128009,
-    ),
-    "qwen2.5-0.5b": dict(
-        architectures=["Qwen2ForCausalLM"],
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        rope_theta=1000000.0,
-        max_position_embeddings=32768,
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-6,
-        eos_token_id=151645,
-    ),
-    "llama-3-8b": dict(
-        architectures=["LlamaForCausalLM"],
-        vocab_size=128256,
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        rope_theta=500000.0,
-        max_position_embeddings=8192,
-        bos_token_id=128000,
-        eos_token_id=128009,
-    ),
-}
+__all__ = ["DUMMY_PRESETS", "dummy_config", "load_dummy", "random_tensors"]
 
 
 def dummy_config(model: str, overrides: dict[str, Any]) -> tuple[ModelConfig, str | None]:

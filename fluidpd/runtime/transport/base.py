@@ -8,17 +8,21 @@ coordinator calls it on the abort path (the handle will never be imported). It i
 
 A transport backend (one module each: `shm`, `local`; a multi-node one such as RDMA or TCP would
 be another) subclasses `KVTransport` and fills the handle fields it needs.
+
+Torch is imported only where a tensor is made (a worker's `receive`): the coordinator, which only
+forwards and releases handles, runs without it.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from fluidpd.engine.kv_transfer import KVLayout, KVPayload
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -78,6 +82,8 @@ class KVTransport(abc.ABC):
 
 
 def torch_dtype(name: str) -> torch.dtype:
+    import torch
+
     dt = getattr(torch, name, None)
     if not isinstance(dt, torch.dtype):
         raise ValueError(f"unknown torch dtype {name!r} in KV handle")

@@ -11,8 +11,6 @@ from __future__ import annotations
 import time
 import warnings
 
-import torch
-
 from fluidpd.engine.kv_transfer import KVPayload
 from fluidpd.runtime.transport.base import KVHandle, KVTransport, to_handle, to_payload
 
@@ -43,6 +41,8 @@ class RayObjectTransport(KVTransport):
         arr = require_ray().get(handle.meta["ray_ref"], timeout=60)
         with warnings.catch_warnings():  # a read-only view of the object store: the import only reads it
             warnings.simplefilter("ignore", UserWarning)
+            import torch
+
             payload = to_payload(handle, torch.from_numpy(arr))
         del payload.meta["ray_ref"]
         return payload

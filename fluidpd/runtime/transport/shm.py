@@ -23,12 +23,15 @@ import threading
 import time
 from collections import OrderedDict
 from multiprocessing import shared_memory
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fluidpd.engine.kv_transfer import KVPayload
 from fluidpd.runtime.transport.base import KVHandle, KVTransport, to_handle, to_payload, torch_dtype
+
+if TYPE_CHECKING:
+    import torch
 
 SHM_PREFIX = "fpkv_"
 SHM_DIR = "/dev/shm"
@@ -153,6 +156,8 @@ class SharedMemoryTransport(KVTransport):
         self._check(handle)
         dtype = torch_dtype(handle.dtype)
         if handle.name is None:
+            import torch
+
             return to_payload(handle, torch.empty(handle.shape, dtype=dtype))
         if handle.generation:
             buf = self._pooled_map(handle.name)
@@ -259,6 +264,8 @@ def _check_size(handle: KVHandle, size: int) -> None:
 
 def _view(buf, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...], offset: int = 0) -> torch.Tensor:
     """A zero-copy tensor over `buf` that keeps `buf` exported (hence mapped) while it lives."""
+    import torch
+
     arr = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=offset)
     return torch.from_numpy(arr).view(dtype).view(shape)
 

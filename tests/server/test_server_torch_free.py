@@ -1,0 +1,126 @@
+"""The server process holds what only it needs: with the process backend it imports no torch and loads
+no weights (the workers do); worker 0 sizes max_model_len and profiles the engine for it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fluidpd.bench.leftovers import descendants
+from fluidpd.core.memory import rss_bytes
+
+WAIT_S = 600.0  # a hang guard on a loaded 2-core host (load, profile), never a latency bound
+SERVER_MODULES = (
+    "fluidpd.cli",
+    "fluidpd.cli.serve",
+    "fluidpd.server.app",
+    "fluidpd.server.drain",
+    "fluidpd.runtime.coordinator",
+    "fluidpd.runtime.build",
+    "fluidpd.runtime.backend",
+    "fluidpd.runtime.process",
+    "fluidpd.runtime.ray_worker",
+    "fluidpd.runtime.transport",
+)
+
+
+def test_the_server_side_imports_and_configs_load_no_torch():
+    code = f"""
+import sys
+for m in {SERVER_MODULES!r}:
+    __import__(m)
+from fluidpd.cli import build_parser
+from fluidpd.cli.serve import configs
+from fluidpd.engine.config import EngineConfig
+from fluidpd.engine.model_source import load_tokenizer
+from fluidpd.runtime.worker_env import worker_environ
+
+engine, runtime, serve = configs(build_parser().parse_args(["serve", "--workers", "1"]))
+assert worker_environ(engine) is not None and engine.weight_format == "gguf" and engine.gguf_blocks
+assert EngineConfig(device="cuda:1", quantization="none").weight_format == "none"
+assert load_tokenizer(EngineConfig(model="smollm2-135m", load_format="dummy")) is None
+loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith(("torch.", "fluidpd.engine.engine")))
+assert not loaded, loaded
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _maps_torch(pid: int) -> bool:
+    return "/torch/lib/" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.slow
+def test_fluidpd_serve_one_worker_keeps_torch_and_the_weights_in_the_worker(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "fluidpd.cli",
+        "serve",
+        "--workers",
+        "1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not _healthy(url):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(1.0)
+        state = httpx.get(url + "/v1/admin/cluster", timeout=30).json()
+        worker = state["workers"][0]["pid"]
+        assert not _maps_torch(proc.pid), "the server process mapped torch"
+        assert _maps_torch(worker)
+        assert rss_bytes(proc.pid) < 0.2 * 2**30  # 0.12 GiB measured (2026-12-05), 0.35 with torch and a probe
+        # what the server used to measure on its probe engine, now worker 0's: the model's whole context,
+        # and the profile at a worker's threads
+        assert state["max_model_len"] == 8192
+        p = state["profile"]
+        assert set(p) == {"prefill_512_s", "decode_step_s", "prefill_batch_tokens", "threads"}
+        assert p["prefill_512_s"] > p["decode_step_s"] > 0 and p["prefill_batch_tokens"] in (16, 64, 128, 256, 512)
+        text = log.read_text()
+        assert f"started 1 process worker(s) ({p['threads']} torch thread(s) each)" in text
+        for line in ("loaded smollm2 in", "max_model_len 8192: the model's context", "profile: f_P(512) = "):
+            assert line in text, text
+        # the server's tokenizer and the worker's engine serve a request
+        r = httpx.post(
+            url + "/v1/completions",
+            json={"model": "smollm2", "prompt": "The capital of France is", "max_tokens": 2, "temperature": 0},
+            timeout=300,
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == 5
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            tree = descendants(proc.pid)
+            proc.kill()
+            proc.wait()
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
