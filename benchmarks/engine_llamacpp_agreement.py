@@ -4,9 +4,10 @@ Both engines get the same token ids (fluidpd's tokenizer and chat template, gene
 server takes them as a token array on `/completion` (checked: it evaluates exactly those tokens, no BOS or template
 of its own). Greedy continuations (`--tokens`, EOS ends one on both sides) are compared token by token, with the
 top-1 minus top-2 logprob margin each engine saw where they first differ (a small margin is a near tie, which any
-arithmetic difference may flip). llama.cpp is measured against itself the same way (-t 1 vs -t 2; one request at a
-time vs 24 sent at once to -np 8 --cont-batching; f16 KV + flash attention, its default, vs f32 KV without), and so
-is gguf-q8 (1 vs 2 threads; one prompt at a time vs all batched in one engine). Perplexity is computed as
+arithmetic difference may flip). llama.cpp is measured against itself the same way (a second server start; -t 1 vs
+-t 2; one request at a time vs all sent at once to -np 8 --cont-batching; f16 KV + flash attention, its default, vs
+f32 KV without), and so is gguf-q8 (1 vs 2 threads; one prompt at a time vs all batched in one engine; its KV dtype,
+where that is a knob). Perplexity is computed as
 llama-perplexity does (chunks of 512 tokens, the second half of each scored) on the held texts of
 engine_quantization.py, by llama-perplexity and by fluidpd, each with its own tokenizer (the ids are compared).
 
@@ -34,7 +35,7 @@ from engine_quantization import held_texts
 
 from fluidpd.bench.peers.llamacpp import llama_server_binary, llama_server_cmd
 from fluidpd.bench.peers.process import ServerProcess, free_port
-from fluidpd.engine import SamplingParams
+from fluidpd.engine import EngineConfig, SamplingParams
 from fluidpd.engine.loaders import smollm2_gguf
 from fluidpd.engine.tokenizer import Tokenizer
 
@@ -42,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 N_CTX = 512  # llama-perplexity -c
 SLOT_CTX = 2048  # KV tokens per llama-server slot (the long prompt + its answer fit)
 FORMATS = ("gguf-q8", "gguf", "none")
+TOP_K = 10  # logprobs asked for at every position (margins use the top two; the first position compares all)
 
 LONG = (
     "Read the passage and answer the question after it.\n\n"
@@ -101,19 +103,23 @@ class Run:
     name: str
     what: str
     seqs: list[list[int]] = field(default_factory=list)
-    lps: list[list[float]] = field(default_factory=list)
-    tops: list[list[list[tuple[int, float]]]] = field(default_factory=list)
+    lps: list[list[float | None]] = field(default_factory=list)  # None: not reported (see llama_run)
+    tops: list[list[list[tuple[int, float]] | None]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def add(self, ids: list[int], lps: list[float], tops: list[list[tuple[int, float]]]) -> None:
+    def add(self, ids: list[int], lps: list[float | None], tops: list[list[tuple[int, float]] | None]) -> None:
         self.seqs.append(list(ids))
         self.lps.append(list(lps))
-        self.tops.append([list(t) for t in tops])
+        self.tops.append([None if t is None else list(t) for t in tops])
 
-    def margin(self, k: int, i: int) -> float:
-        """Top-1 minus top-2 logprob at position i of prompt k (inf when there is no runner-up)."""
-        t = self.tops[k][i]
-        return t[0][1] - t[1][1] if len(t) > 1 else math.inf
+    def margin(self, k: int, i: int) -> float | None:
+        """Top-1 minus top-2 logprob at position i of prompt k (None where the engine did not report it)."""
+        t = self.tops[k][i] if i < len(self.tops[k]) else None
+        return None if t is None or len(t) < 2 else t[0][1] - t[1][1]
+
+    def runner_up(self, k: int, i: int) -> int | None:
+        t = self.tops[k][i] if i < len(self.tops[k]) else None
+        return None if t is None or len(t) < 2 else t[1][0]
 
 
 def chat_ids(tok: Tokenizer, text: str) -> list[int]:
@@ -121,11 +127,16 @@ def chat_ids(tok: Tokenizer, text: str) -> list[int]:
     return tok.encode_chat([{"role": "user", "content": text}])
 
 
+def kv_dtype(eng) -> str:
+    """The engine's KV cache dtype (its `torch_kv_dtype` where the config has one, else the model dtype)."""
+    c = eng.config
+    return str(getattr(c, "torch_kv_dtype", c.torch_dtype)).removeprefix("torch.")
+
+
 def fluidpd_run(name: str, eng, prompts: list[list[int]], tokens: int, threads: int, batched: bool) -> Run:
-    run = Run(
-        name, f"fluidpd {eng.config.quantization}, {threads} thread(s), {'all batched' if batched else 'one at a time'}"
-    )
-    params = SamplingParams(max_tokens=tokens, logprobs=2)  # greedy (temperature 0), stops at EOS
+    how = "all batched" if batched else "one at a time"
+    run = Run(name, f"fluidpd {eng.config.quantization}, KV {kv_dtype(eng)}, {threads} thread(s), {how}")
+    params = SamplingParams(max_tokens=tokens, logprobs=TOP_K)  # greedy (temperature 0), stops at EOS
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # the GGUF kernel splits rows over torch.get_num_threads() too
     try:
@@ -141,6 +152,46 @@ def fluidpd_run(name: str, eng, prompts: list[list[int]], tokens: int, threads: 
     return run
 
 
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, character -> byte."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs, extra = list(bs), 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+BYTE_DECODER = _byte_decoder()
+
+
+def token_bytes(tok: Tokenizer, token_id: int) -> bytes:
+    s = tok.token_str(token_id) or ""
+    return bytes(BYTE_DECODER[c] for c in s) if all(c in BYTE_DECODER for c in s) else s.encode()
+
+
+def utf8_complete(buf: bytes) -> bool:
+    """llama-server's validate_utf8: False while the text ends inside a multi-byte character."""
+    for i in range(1, min(4, len(buf)) + 1):
+        c = buf[-i]
+        if ((c & 0xE0) == 0xC0 and i < 2) or ((c & 0xF0) == 0xE0 and i < 3) or ((c & 0xF8) == 0xF0 and i < 4):
+            return False
+    return True
+
+
+def reported_positions(tok: Tokenizer, ids: list[int]) -> list[int]:
+    """The positions llama-server reports probabilities for: it drops a token's probabilities when the text so far
+    ends inside a UTF-8 character (the token that completes the character gets its own)."""
+    out, buf = [], b""
+    for i, t in enumerate(ids):
+        buf += token_bytes(tok, t)
+        if utf8_complete(buf):
+            out.append(i)
+    return out
+
+
 def llama_server(threads: int, parallel: int, extra: list[str], log: Path) -> ServerProcess:
     port = free_port()
     cmd = llama_server_cmd(llama_server_binary(), smollm2_gguf(), port, threads, parallel, parallel * SLOT_CTX)
@@ -150,7 +201,7 @@ def llama_server(threads: int, parallel: int, extra: list[str], log: Path) -> Se
 def llama_body(ids: list[int], tokens: int) -> dict:
     return {
         "prompt": ids, "n_predict": tokens, "temperature": 0, "top_k": 1, "cache_prompt": False,
-        "n_probs": 2, "return_tokens": True,
+        "n_probs": TOP_K, "return_tokens": True,
     }  # fmt: skip
 
 
@@ -177,16 +228,23 @@ def llama_run(
     with llama_server(threads, parallel, list(extra), logdir / f"{name}.log") as srv:
         answers = asyncio.run(_llama_all(srv.url, prompts, tokens, concurrent, name))
     for k, (ids, r) in enumerate(zip(prompts, answers)):
-        probs = r["completion_probabilities"]
-        out = [p["id"] for p in probs]
-        if r.get("tokens") is not None and list(r["tokens"]) != out:
-            run.notes.append(f"prompt {k}: `tokens` {r['tokens']} != the ids of completion_probabilities {out}")
+        probs, out = r["completion_probabilities"], list(r["tokens"])  # `tokens`: every generated id
+        where = reported_positions(tok, out)
+        if [out[i] for i in where] != [p["id"] for p in probs]:
+            run.notes.append(f"prompt {k}: probabilities for {[p['id'] for p in probs]} do not align with {out}")
+            where = []
         if r.get("tokens_evaluated") != len(ids):
             run.notes.append(f"prompt {k}: llama-server evaluated {r.get('tokens_evaluated')} tokens, sent {len(ids)}")
         if r.get("prompt") is not None and r["prompt"] != tok.decode(ids, skip_special_tokens=False):
             run.notes.append(f"prompt {k}: llama-server's prompt text differs from the ids' text")
-        tops = [[(t["id"], t["logprob"]) for t in p["top_logprobs"]] for p in probs]
-        run.add(out, [p["logprob"] for p in probs], tops)
+        lps: list[float | None] = [None] * len(out)
+        tops: list[list[tuple[int, float]] | None] = [None] * len(out)
+        for i, p in zip(where, probs):
+            top = sorted(((t["id"], t["logprob"]) for t in p["top_logprobs"]), key=lambda t: -t[1])
+            lps[i], tops[i] = p["logprob"], top
+        if len(where) < len(out):
+            run.notes.append(f"prompt {k}: no probabilities at {len(out) - len(where)} position(s) inside UTF-8 chars")
+        run.add(out, lps, tops)
     return run
 
 
@@ -201,12 +259,17 @@ def first_diff(a: list[int], b: list[int]) -> int | None:
 
 
 def compare(a: Run, b: Run, labels: list[str], tok: Tokenizer) -> dict:
-    equal, prefixes, dlp, divs = 0, [], [], []
+    equal, prefixes, dlp, divs, first = 0, [], [], [], []
     for k, (sa, sb) in enumerate(zip(a.seqs, b.seqs)):
+        ta0, tb0 = a.tops[k][0] if a.tops[k] else None, b.tops[k][0] if b.tops[k] else None
+        if ta0 is not None and tb0 is not None:  # the first position: the prompt alone, no history to differ
+            da, db = dict(ta0), dict(tb0)
+            if da.keys() & db.keys():
+                first.append(max(abs(da[t] - db[t]) for t in da.keys() & db.keys()))
         i = first_diff(sa, sb)
         common = len(sa) if i is None else i
         prefixes.append(common)
-        dlp += [abs(a.lps[k][j] - b.lps[k][j]) for j in range(common)]
+        dlp += [abs(x - y) for x, y in zip(a.lps[k][:common], b.lps[k][:common]) if x is not None and y is not None]
         if i is None:
             equal += 1
             continue
@@ -217,22 +280,22 @@ def compare(a: Run, b: Run, labels: list[str], tok: Tokenizer) -> dict:
                 "token_a": ta, "token_b": tb,
                 "text_a": None if ta is None else tok.decode([ta], skip_special_tokens=False),
                 "text_b": None if tb is None else tok.decode([tb], skip_special_tokens=False),
-                "margin_a": a.margin(k, i) if i < len(sa) else None,
-                "margin_b": b.margin(k, i) if i < len(sb) else None,
-                "b_is_a_runner_up": i < len(sa) and len(a.tops[k][i]) > 1 and a.tops[k][i][1][0] == tb,
-                "a_is_b_runner_up": i < len(sb) and len(b.tops[k][i]) > 1 and b.tops[k][i][1][0] == ta,
+                "margin_a": a.margin(k, i), "margin_b": b.margin(k, i),
+                "runner_up_a": a.runner_up(k, i), "runner_up_b": b.runner_up(k, i),
             }
         )  # fmt: skip
     return {
         "a": a.name, "b": b.name, "n": len(a.seqs), "equal": equal,
         "mean_prefix": statistics.fmean(prefixes), "mean_len": statistics.fmean(len(s) for s in a.seqs),
         "dlp_median": statistics.median(dlp) if dlp else math.nan, "dlp_max": max(dlp, default=math.nan),
-        "divergences": divs,
+        "top_first_median": statistics.median(first) if first else math.nan,
+        "top_first_max": max(first, default=math.nan), "divergences": divs,
     }  # fmt: skip
 
 
 def all_margins(run: Run) -> list[float]:
-    return [run.margin(k, i) for k in range(len(run.seqs)) for i in range(len(run.seqs[k]))]
+    ms = (run.margin(k, i) for k in range(len(run.seqs)) for i in range(len(run.seqs[k])))
+    return [m for m in ms if m is not None]
 
 
 # ----------------------------------------------------------------------------- perplexity
@@ -245,6 +308,7 @@ def llama_bin(name: str) -> Path:
 def llama_tokens(text_file: Path) -> list[int]:
     """llama.cpp's ids for the file (llama-tokenize, the vocabulary's own BOS rule, as llama-perplexity)."""
     cmd = [str(llama_bin("llama-tokenize")), "-m", smollm2_gguf(), "-f", str(text_file), "--ids", "--log-disable"]
+    cmd += ["--no-escape", "--no-parse-special"]  # as llama-perplexity reads and tokenizes its file
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     line = next(ln for ln in reversed(out.splitlines()) if ln.startswith("["))
     return json.loads(line)
@@ -290,9 +354,18 @@ def fluidpd_perplexity(eng, ids: list[int], bos: int | None) -> dict:
 # ----------------------------------------------------------------------------- report
 
 
+def engine_tree() -> dict:
+    """The commit and the uncommitted engine files the run used (read-only git; others edit the tree)."""
+    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    changed = git("status", "--porcelain", "--", "fluidpd/engine").splitlines()
+    return {"head": git("rev-parse", "--short", "HEAD") or "?", "engine_changes": len(changed), "files": changed}
+
+
 def fmt_div(d: dict) -> str:
-    ma, mb = (f"{m:.3f}" if m is not None else "-" for m in (d["margin_a"], d["margin_b"]))
-    flag = "runner-up" if d["b_is_a_runner_up"] and d["a_is_b_runner_up"] else "not top-2"
+    ma, mb = (f"{m:.3f}" if m is not None else "?" for m in (d["margin_a"], d["margin_b"]))
+    known = d["runner_up_a"] is not None and d["runner_up_b"] is not None
+    swap = d["runner_up_a"] == d["token_b"] and d["runner_up_b"] == d["token_a"]
+    flag = "top-2 swapped" if swap else "not a swap" if known else "?"
     return f"{d['label']}@{d['pos']}: {d['text_a']!r}/{d['text_b']!r} margin {ma}/{mb} ({flag})"
 
 
@@ -311,11 +384,14 @@ def main() -> None:
     n, T = len(prompts), args.tokens
     logdir = Path(tempfile.mkdtemp(prefix="llamacpp_agreement_"))
     print(f"{n} prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens, {T} greedy tokens; logs {logdir}")
+    tree = engine_tree()
+    print(f"fluidpd at {tree['head']}, {tree['engine_changes']} uncommitted file(s) under fluidpd/engine")
 
     # --- llama.cpp, one server start per setting
     L = {}
     common = {"tok": tok, "prompts": prompts, "tokens": T, "logdir": logdir}
     L["llama t2"] = llama_run("llama t2", "llama-server -t 2 -np 1, one at a time", threads=2, **common)
+    L["llama t2 again"] = llama_run("llama t2 again", "the same, a second server start", threads=2, **common)
     L["llama t1"] = llama_run("llama t1", "llama-server -t 1 -np 1, one at a time", threads=1, **common)
     L["llama np8"] = llama_run(
         "llama np8", "llama-server -t 2 -np 8 --cont-batching, all sent at once", threads=2, parallel=8,
@@ -328,16 +404,23 @@ def main() -> None:
 
     # --- fluidpd in-process (no prefix cache: every prompt prefilled from scratch, as cache_prompt false)
     engines = {q: engine(512, quantization=q, enable_prefix_caching=False) for q in FORMATS}
+    q8kv = kv_dtype(engines["gguf-q8"])
     F = {}
     F["q8 t1"] = fluidpd_run("q8 t1", engines["gguf-q8"], prompts, T, threads=1, batched=False)
     F["q8 t2"] = fluidpd_run("q8 t2", engines["gguf-q8"], prompts, T, threads=2, batched=False)
     F["q8 batched"] = fluidpd_run("q8 batched", engines["gguf-q8"], prompts, T, threads=1, batched=True)
     F["gguf t1"] = fluidpd_run("gguf t1", engines["gguf"], prompts, T, threads=1, batched=False)
     F["none t1"] = fluidpd_run("none t1", engines["none"], prompts, T, threads=1, batched=False)
+    other_kv = None
+    if "kv_cache_dtype" in EngineConfig.__dataclass_fields__:  # the KV dtype is a knob: gguf-q8 with the other one
+        other_kv = "float32" if q8kv == "float16" else "float16"
+        eng = engine(512, quantization="gguf-q8", enable_prefix_caching=False, kv_cache_dtype=other_kv)
+        F[f"q8 kv {other_kv[-2:]}"] = fluidpd_run(f"q8 kv {other_kv[-2:]}", eng, prompts, T, threads=1, batched=False)
     runs = {**L, **F}
 
     # --- comparisons
     pairs = [
+        ("llama t2", "llama t2 again", "llama.cpp run to run"),
         ("llama t1", "llama t2", "llama.cpp threads"),
         ("llama t2", "llama np8", "llama.cpp batching"),
         ("llama t2", "llama f32kv", "llama.cpp KV f16+FA / f32"),
@@ -352,35 +435,48 @@ def main() -> None:
         ("q8 t1", "none t1", "gguf-q8 vs none"),
         ("gguf t1", "none t1", "gguf vs none"),
     ]
+    if other_kv is not None:
+        q8_16, q8_32 = ("q8 t1", "q8 kv 32") if q8kv == "float16" else ("q8 kv 16", "q8 t1")
+        pairs += [
+            (q8_16, q8_32, "gguf-q8 KV f16 / f32"),
+            (q8_16, "llama t2", "gguf-q8 KV16 vs llama.cpp"),
+            (q8_32, "llama f32kv", "gguf-q8 KV32 vs llama f32kv"),
+        ]
     results = {what: compare(runs[a], runs[b], labels, tok) for a, b, what in pairs}
 
     print("\nruns:")
     for r in runs.values():
         m = all_margins(r)
         print(
-            f"  {r.name:12} {r.what:66} mean len {statistics.fmean(map(len, r.seqs)):5.1f}, "
+            f"  {r.name:14} {r.what:64} mean len {statistics.fmean(map(len, r.seqs)):5.1f}, "
             f"median top-1/top-2 margin {statistics.median(m):.3f}, {sum(x < 0.05 for x in m)} of {len(m)} under 0.05"
         )
         for note in r.notes:
             print(f"    ! {note}")
     names = list(runs)
     print(f"\ngreedy continuations equal (of {n}), every pair of runs:")
-    print(" " * 13 + " ".join(f"{x:>11}" for x in names))
+    print(" " * 15 + " ".join(f"{x:>14}" for x in names))
     for a in names:
         row = [sum(x == y for x, y in zip(runs[a].seqs, runs[b].seqs)) for b in names]
-        print(f"{a:12} " + " ".join(f"{v:>11}" for v in row))
-    print(f"\n{'pair (A / B)':28} {'equal':>6} {'prefix':>7} {'|dlp| med':>10} {'|dlp| max':>10}  first differences")
+        print(f"{a:14} " + " ".join(f"{v:>14}" for v in row))
+    print(
+        f"\n{'pair (A / B)':28} {'equal':>6} {'prefix':>7} {'|dlp| med':>10} {'|dlp| max':>10} {'top@0 med':>10} "
+        f"{'top@0 max':>10}  first differences"
+    )
     for what, c in results.items():
         print(
-            f"{what:28} {c['equal']:>3}/{c['n']:<2} {c['mean_prefix']:7.1f} "
-            f"{c['dlp_median']:10.2e} {c['dlp_max']:10.2e}  {len(c['divergences'])} differ"
+            f"{what:28} {c['equal']:>3}/{c['n']:<2} {c['mean_prefix']:7.1f} {c['dlp_median']:10.2e} "
+            f"{c['dlp_max']:10.2e} {c['top_first_median']:10.2e} {c['top_first_max']:10.2e}  "
+            f"{len(c['divergences'])} differ"
         )
         for d in c["divergences"]:
             print(" " * 31 + fmt_div(d))
     print(
         "  (prefix: mean common prefix in tokens, of a mean length "
         f"{statistics.fmean(map(len, runs['llama t2'].seqs)):.1f}; |dlp|: |chosen-token logprob A - B| over the common "
-        "prefixes; margin: top-1 minus top-2 logprob at the first difference as A / B saw it)"
+        f"prefixes; top@0: per prompt the largest |logprob A - B| over the tokens in both top-{TOP_K} lists at the "
+        "first generated position (the prompt alone); margin: top-1 minus top-2 logprob at the first difference "
+        "as A / B saw it, ? where llama-server reports none (inside a UTF-8 character))"
     )
 
     # --- perplexity
@@ -422,7 +518,7 @@ def main() -> None:
             {
                 "prompts": [{"label": lab, "ids": p} for lab, p in zip(labels, prompts)],
                 "tokens": T, "runs": {k: asdict(r) for k, r in runs.items()}, "pairs": results,
-                "perplexity": ppl, "perplexity_tokens": ppl_tokens, "wall_s": wall,
+                "perplexity": ppl, "perplexity_tokens": ppl_tokens, "wall_s": wall, "tree": tree,
             },
             indent=1,
         )
@@ -431,7 +527,8 @@ def main() -> None:
     eq = lambda what: f"{results[what]['equal']}/{n}"
     head = (
         f"gguf-q8 vs llama.cpp: {eq('gguf-q8 vs llama.cpp')} greedy continuations equal (llama.cpp vs itself: "
-        f"{eq('llama.cpp threads')} across threads, {eq('llama.cpp batching')} across batching; gguf-q8 vs itself: "
+        f"{eq('llama.cpp threads')} across threads, {eq('llama.cpp batching')} across batching, "
+        f"{eq('llama.cpp run to run')} run to run; gguf-q8 vs itself: "
         f"{eq('gguf-q8 threads')} across threads, {eq('gguf-q8 batching')} across batching); "
         f"gguf vs llama.cpp: {eq('gguf vs llama.cpp')}; none vs llama.cpp: {eq('none vs llama.cpp')}"
     )
