@@ -67,6 +67,13 @@ CLAIMS = (
         15,
         needs="llama.cpp's server (scripts/install_llama_cpp.sh)",
     ),
+    Claim(
+        "engine_llamacpp_agreement",
+        "`engine_llamacpp_agreement.py`",
+        (*PY, "benchmarks/engine_llamacpp_agreement.py"),
+        11,
+        needs="llama.cpp's server (scripts/install_llama_cpp.sh)",
+    ),
 )
 
 

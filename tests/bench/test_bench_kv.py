@@ -121,6 +121,7 @@ def test_goals_follow_the_measured_rows():
 def test_kv_command_writes_a_row_for_every_system_and_load(tmp_path):
     assert "kv" in EXPERIMENTS
     cmd = [sys.executable, "-m", "fluidpd.cli", "experiment", "kv", "--quick", "--out", str(tmp_path)]
+    # 10 s windows (hot_prefix's own quick window): hundreds of hot_prefix requests, tens of Mooncake's
     cmd += ["--workloads", "hot_prefix,mooncake_conv", "--window", "10", "--probes", "1"]
     cmd += ["--kv-offloading-size", "1", "--kv-offloading-pooled"]  # every row again with a host tier
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)

@@ -29,6 +29,8 @@ class ProfileConfig:
     contention_s: float = knob(2.0, "seconds each contention level runs")
     contention_rounds: int = knob(2, "rounds of the contention levels (each level's median is kept)")
     transfer_tokens: tuple[int, ...] = (128, 512, 2048)
+    # the jitter, dispatch and contention steps' context and prefill (FluidRole's remap: twice it)
+    step_tokens: int = 256
     # fresh shared-memory segments fault in at 2-5x a memcpy now and then: a median of many
     transfer_repeats: int = knob(9, "KV hand-offs per request size (their median is the point)")
 
@@ -37,8 +39,9 @@ class ProfileConfig:
             min(self.workers, self.repeats, self.transfer_repeats, self.dispatch_steps, self.contention_rounds) < 1
             or self.jitter_steps < 10
             or self.contention_s <= 0
+            or self.step_tokens < 2
         ):
             raise ValueError(
                 "workers, repeats, transfer_repeats, dispatch_steps and contention_rounds must be >= 1, "
-                "jitter_steps >= 10, contention_s > 0"
+                "jitter_steps >= 10, contention_s > 0, step_tokens >= 2"
             )

@@ -11,7 +11,7 @@ from fluidpd.bench.host_profile.step_bench import StepBench, with_blocks
 from fluidpd.core.cpu import worker_threads
 
 
-def _contention_child(config, conn, threads: int) -> None:  # in a spawned process
+def _contention_child(config, conn, threads: int, tokens: int = 256) -> None:  # in a spawned process
     import torch
 
     from fluidpd.engine.engine import LLMEngine
@@ -19,7 +19,7 @@ def _contention_child(config, conn, threads: int) -> None:  # in a spawned proce
 
     torch.set_num_threads(threads)
     bench = StepBench(LLMEngine(config), os.getpid())
-    decodes = [bench.request(255, 255) for _ in range(4)]
+    decodes = [bench.request(tokens - 1, tokens - 1) for _ in range(4)]
     conn.send("ready")
     while (msg := conn.recv()) != "stop":
         kind, seconds = msg
@@ -28,27 +28,29 @@ def _contention_child(config, conn, threads: int) -> None:  # in a spawned proce
             if kind == "decode":
                 if bench.engine.blocks.num_free < len(decodes):  # contexts grew: start them again
                     bench.abort(decodes)
-                    decodes = [bench.request(255, 255) for _ in range(4)]
+                    decodes = [bench.request(tokens - 1, tokens - 1) for _ in range(4)]
                 ts.append(bench.timed(StepPlan(decodes=list(decodes))))
             else:
-                r = bench.request(256, 0)
-                ts.append(bench.timed(StepPlan(prefills=[PrefillChunk(r, 256)])))
+                r = bench.request(tokens, 0)
+                ts.append(bench.timed(StepPlan(prefills=[PrefillChunk(r, tokens)])))
                 bench.abort([r])
         conn.send(median(ts))
 
 
-def measure_contention(engine_config, workers: int, seconds: float, advance, rounds: int = 2) -> dict:
+def measure_contention(
+    engine_config, workers: int, seconds: float, advance, rounds: int = 2, tokens: int = 256
+) -> dict:
     """Step time while k = 1..workers processes (each with the torch threads a worker of a
     `workers`-worker cluster on this host runs: `worker_threads(workers)`) run steps at once, as
-    slowdowns against k = 1: a decode step (4 x 256 tokens) and a 256-token prefill, among k - 1
+    slowdowns against k = 1: a decode step (4 x `tokens` tokens) and a `tokens`-token prefill, among k - 1
     steps of the same kind ("decode", "prefill") and among k - 1 of the other ("decode_cross":
     a decode step while the others prefill; "prefill_cross"). Each level is timed right after
     the step alone (the host's speed drifts), over `rounds` rounds; the medians of the ratios."""
     pipes: list = []
     procs: list = []
     try:
-        # 4 x 256 decoding, their growth, a prefill
-        _start(with_blocks(engine_config, 256), workers, pipes, procs, worker_threads(workers))
+        # 4 x `tokens` decoding, their growth, a prefill (at least 256 blocks)
+        _start(with_blocks(engine_config, max(256, tokens)), workers, pipes, procs, worker_threads(workers), tokens)
 
         def timed(kind: str, others: str, k: int) -> float:  # worker 0's median step, k - 1 others busy
             pipes[0].send((kind, seconds))
@@ -61,12 +63,12 @@ def measure_contention(engine_config, workers: int, seconds: float, advance, rou
         _stop(pipes, procs)
 
 
-def _start(engine_config, workers: int, pipes: list, procs: list, threads: int) -> None:
+def _start(engine_config, workers: int, pipes: list, procs: list, threads: int, tokens: int = 256) -> None:
     """Spawn `workers` contention workers (appended to `pipes` and `procs`) and wait until each is ready."""
     ctx = mp.get_context("spawn")
     for _ in range(workers):
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_contention_child, args=(engine_config, child, threads), daemon=True)
+        proc = ctx.Process(target=_contention_child, args=(engine_config, child, threads, tokens), daemon=True)
         proc.start()
         pipes.append(parent)
         procs.append(proc)

@@ -40,11 +40,13 @@ def measure_profile(
         engines.measure(cfg, parts, out, bar.update)
         del engines  # the rest runs in spawned worker processes
         if "dispatch" in parts:
-            out["dispatch"] = measure_dispatch(engine_config, cfg.dispatch_steps, worker_threads(cfg.workers))
+            out["dispatch"] = measure_dispatch(
+                engine_config, cfg.dispatch_steps, worker_threads(cfg.workers), cfg.step_tokens
+            )
             bar.update()
         if "contention" in parts:
             out["contention"] = measure_contention(
-                engine_config, cfg.workers, cfg.contention_s, bar.update, cfg.contention_rounds
+                engine_config, cfg.workers, cfg.contention_s, bar.update, cfg.contention_rounds, cfg.step_tokens
             )
             bar.update()
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -113,11 +115,11 @@ class _Engines:
         if "steps" in parts:
             out["steps"] = measure_steps(bench, cfg, advance)
         if "jitter" in parts:
-            out["jitter"] = measure_jitter(bench, cfg.jitter_steps)
+            out["jitter"] = measure_jitter(bench, cfg.jitter_steps, ctx=cfg.step_tokens)
         if "kv_transfer" in parts:
             out["kv_transfer"] = measure_transfer(bench, self.other, cfg.transfer_tokens, cfg.transfer_repeats)
         if "fluidrole" in parts:
-            out["fluidrole"] = measure_remap(bench, cfg.repeats)
+            out["fluidrole"] = measure_remap(bench, cfg.repeats, ctx=2 * cfg.step_tokens)
         advance(len(set(parts) & {"steps", "jitter", "kv_transfer", "fluidrole"}))
 
 
