@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -38,6 +40,18 @@ def descendants(pid: int) -> list[int]:
         found.append(p)
         todo += children.get(p, [])
     return sorted(found)
+
+
+def kill_tree(proc) -> None:
+    """SIGKILL a still-running Popen `proc` and every process below it (a test or benchmark leaving early)."""
+    if proc.poll() is not None:
+        return
+    tree = descendants(proc.pid)
+    proc.kill()
+    proc.wait()
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def processes_left(pids: list[int], timeout_s: float = 60.0) -> list[int]:

@@ -24,3 +24,13 @@ def idle(runtime, timeout_s: float = 300.0) -> dict:
         if (snap["num_requests_running"], snap["num_requests_waiting"]) == (0, 0) or time.monotonic() > deadline:
             return snap
         time.sleep(0.05)
+
+
+def healthy(url: str) -> bool:
+    """Whether the server at `url` answers /health with 200 (False while it is not listening yet)."""
+    import httpx
+
+    try:
+        return httpx.get(url + "/health", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False

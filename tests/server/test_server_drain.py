@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,8 +16,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from serverhelp import healthy
 
-from fluidpd.bench.leftovers import descendants, processes_left, segments_left
+from fluidpd.bench.leftovers import descendants, kill_tree, processes_left, segments_left
+from fluidpd.bench.peers.process import free_port
 from fluidpd.server.config import ServeConfig
 
 SERVE = [
@@ -46,9 +47,7 @@ class Server:
 @contextlib.contextmanager
 def serving(tmp_path: Path, *extra: str):
     """A started `fluidpd serve` (killed with its whole tree if the test leaves it running)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     log = tmp_path / "serve.log"
     cmd = [sys.executable, "-m", "fluidpd.cli", "serve", *SERVE, "--port", str(port), *extra]
     with open(log, "w") as out:
@@ -56,7 +55,7 @@ def serving(tmp_path: Path, *extra: str):
     srv = Server(proc, f"http://127.0.0.1:{port}", log)
     try:
         deadline = time.monotonic() + WAIT_S
-        while not _healthy(srv.url):
+        while not healthy(srv.url):
             assert proc.poll() is None and time.monotonic() < deadline, srv.stderr()
             time.sleep(1.0)
         state = httpx.get(srv.url + "/v1/admin/cluster").json()
@@ -64,20 +63,7 @@ def serving(tmp_path: Path, *extra: str):
         srv.store = state["kv_store"]["path"]
         yield srv
     finally:
-        if proc.poll() is None:
-            tree = descendants(proc.pid)
-            proc.kill()
-            proc.wait()
-            for pid in tree:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url + "/health", timeout=5).status_code == 200
-    except httpx.TransportError:
-        return False
+        kill_tree(proc)
 
 
 class Stream(threading.Thread):

@@ -3,10 +3,7 @@ no weights (the workers do); worker 0 sizes max_model_len and profiles the engin
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,8 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from serverhelp import healthy
 
-from fluidpd.bench.leftovers import descendants
+from fluidpd.bench.leftovers import kill_tree
+from fluidpd.bench.peers.process import free_port
 from fluidpd.core.memory import rss_bytes
 
 WAIT_S = 600.0  # a hang guard on a loaded 2-core host (load, profile), never a latency bound
@@ -60,9 +59,7 @@ def _maps_torch(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_fluidpd_serve_one_worker_keeps_torch_and_the_weights_in_the_worker(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     log = tmp_path / "serve.log"
     cmd = [
         sys.executable,
@@ -81,7 +78,7 @@ def test_fluidpd_serve_one_worker_keeps_torch_and_the_weights_in_the_worker(tmp_
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + WAIT_S
-        while not _healthy(url):
+        while not healthy(url):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(1.0)
         state = httpx.get(url + "/v1/admin/cluster", timeout=30).json()
@@ -110,17 +107,4 @@ def test_fluidpd_serve_one_worker_keeps_torch_and_the_weights_in_the_worker(tmp_
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0, log.read_text()
     finally:
-        if proc.poll() is None:
-            tree = descendants(proc.pid)
-            proc.kill()
-            proc.wait()
-            for pid in tree:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url + "/health", timeout=5).status_code == 200
-    except httpx.TransportError:
-        return False
+        kill_tree(proc)
