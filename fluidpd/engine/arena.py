@@ -105,10 +105,13 @@ class KVArena:
         The block manager chose `moves` (live ids >= num_blocks to free ids < num_blocks)."""
         if not 1 <= num_blocks <= self.max_blocks:
             raise ValueError(f"num_blocks must be in [1, {self.max_blocks}] for this arena, got {num_blocks}")
-        kv = self.kv
-        for src, dst in moves:  # one contiguous chunk each; no temporary
-            kv[dst].copy_(kv[src])
+        self.copy_blocks(moves)
         self._slice(num_blocks)
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy each block `src` into block `dst` (every layer's K and V: one contiguous chunk, no temporary)."""
+        for src, dst in pairs:
+            self.kv[dst].copy_(self.kv[src])
 
     # ------------------------------------------------------------------ KV hand-off
     def read_blocks(self, block_ids: list[int], device: torch.device | str | None = None) -> torch.Tensor:

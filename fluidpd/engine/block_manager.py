@@ -1,4 +1,9 @@
-"""KV block tables per sequence over the block pool; with prefix caching, full blocks are shared by hash."""
+"""KV block tables per sequence over the block pool; with prefix caching, full blocks are shared by hash.
+
+A sequence whose every token is cached (a block-aligned prompt seen before) still computes its last
+token, to sample: its last block is copied into a block of its own (`copies`, applied by the engine
+before the step runs) and only that token is computed, as llama.cpp and SGLang recompute one token
+where vLLM recomputes the whole last block."""
 
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ class BlockManager:
         self.enable_caching = enable_caching
         self.pool = BlockPool(num_blocks)
         self.on_free: Callable[[Sequence], None] | None = None  # sees a sequence's blocks before it lets go (offload)
+        self.copies: list[tuple[int, int]] = []  # (cached src, own dst) for whole hits; src held until applied
 
     @property
     def num_blocks(self) -> int:
@@ -58,11 +64,15 @@ class BlockManager:
     # ------------------------------------------------------------------ prefix lookup
     def lookup(self, seq: Sequence) -> list[int]:
         """Cached block ids a sequence without blocks can start on: its longest cached full-block
-        prefix, leaving at least its last token to compute (so it samples). No side effects."""
+        prefix (all of it, when the sequence is block-aligned: `reserve` copies the last). No side effects."""
         if not self.enable_caching or seq.block_table:
             return []
-        n = (seq.num_tokens - 1) // self.block_size
+        n = seq.num_tokens // self.block_size
         return self.pool.lookup(self.hashes(seq.token_ids, n, seq.block_hashes))
+
+    def hit_tokens(self, num_tokens: int, hits: int) -> int:
+        """Tokens a sequence of `num_tokens` starting on `hits` cached blocks has computed: all but the last."""
+        return min(hits * self.block_size, num_tokens - 1)
 
     def lookup_tokens(self, token_ids: list[int], max_blocks: int | None = None) -> list[int]:
         """Cached block ids of the longest cached full-block prefix of `token_ids` (at most `max_blocks`)."""
@@ -81,12 +91,20 @@ class BlockManager:
     # ------------------------------------------------------------------ allocation
     def shortfall(self, wants: list[Reservation]) -> int:
         """Free blocks `reserve(wants)` would consume (new blocks, plus cached hits now evictable)."""
-        new = sum(max(0, self.blocks_for(n) - len(s.block_table) - len(hits)) for s, n, hits in wants)
+        new = sum(
+            max(0, self.blocks_for(n) - len(s.block_table) - len(hits)) + int(self._whole(s, hits))
+            for s, n, hits in wants
+        )
         return new + len({b for _, _, hits in wants for b in hits if self.pool.is_evictable(b)})
+
+    def _whole(self, seq: Sequence, hits: list[int]) -> bool:
+        """`hits` cover every token of `seq`: its last block is copied so that its last token is computed."""
+        return len(hits) * self.block_size >= seq.num_tokens
 
     def reserve(self, wants: list[Reservation]) -> None:
         """Give each sequence its cached hits, then grow its table to cover its tokens: all or
-        nothing (NoFreeBlocksError). A sequence given hits starts after them (`num_computed`)."""
+        nothing (NoFreeBlocksError). A sequence given hits starts after them (`num_computed`), or
+        before its last token when they cover it all (that block goes to `copies`)."""
         need = self.shortfall(wants)
         if need > self.pool.num_free:
             ids = ", ".join(repr(s.request_id) for s, _, _ in wants)
@@ -96,11 +114,23 @@ class BlockManager:
                 if seq.block_table or seq.num_computed:
                     raise ValueError(f"request {seq.request_id!r} already holds KV; it cannot take cached blocks")
                 self.pool.share(hits)
-                seq.block_table = list(hits)
-                seq.block_hashes = [self.pool.hash_of[b] for b in hits]
-                seq.num_computed = len(hits) * self.block_size
-        for seq, n, _ in wants:
+                whole = self._whole(seq, hits)
+                own = hits[:-1] if whole else hits
+                seq.block_table = list(own)
+                seq.block_hashes = [self.pool.hash_of[b] for b in own]
+                seq.num_computed = self.hit_tokens(seq.num_tokens, len(hits))
+        for seq, n, hits in wants:
             self.allocate(seq, n)
+            if hits and self._whole(seq, hits):
+                self.copies.append((hits[-1], seq.block_table[len(hits) - 1]))
+
+    def apply_copies(self, copy: Callable[[list[tuple[int, int]]], None]) -> None:
+        """Copy each pending whole hit's cached last block into the sequence's own block (`copy` moves the
+        KV), then let go of the cached one."""
+        if self.copies:
+            pairs, self.copies = self.copies, []
+            copy(pairs)
+            self.pool.release([src for src, _ in pairs])
 
     def allocate(self, seq: Sequence, num_tokens: int) -> list[int]:
         """Grow `seq`'s table to cover `num_tokens` tokens (evicting cached blocks only if needed); the new ids."""
@@ -114,8 +144,8 @@ class BlockManager:
         return new
 
     def register(self, seq: Sequence) -> None:
-        """Hash and index `seq`'s full computed blocks not yet indexed (a hash already indexed under
-        another block is not indexed twice: that block stays plain)."""
+        """Hash and index `seq`'s full computed blocks not yet indexed; where a hash is already indexed
+        under another block, `seq` takes that one and frees its own (one copy of each block)."""
         if not self.enable_caching:
             return
         full = seq.num_computed // self.block_size
@@ -125,7 +155,11 @@ class BlockManager:
         parent = seq.block_hashes[-1] if seq.block_hashes else ROOT
         new = block_hashes(seq.token_ids[: full * self.block_size], self.block_size, start, parent)
         for i, h in enumerate(new, start):
-            self.pool.cache(seq.block_table[i], h)
+            own = seq.block_table[i]
+            if not self.pool.cache(own, h) and self.pool.block_of[h] != own:
+                seq.block_table[i] = self.pool.block_of[h]
+                self.pool.share([seq.block_table[i]])
+                self.pool.release([own])
         seq.block_hashes.extend(new)
 
     def free(self, seq: Sequence) -> None:

@@ -146,6 +146,7 @@ class LLMEngine(KVExchange, TierHooks):
         fresh = {id(s) for s, _, _ in wanted if not s.admitted}
         chunks = self._reserve(wanted)
         hits = {id(s): self._admit(s) for s, _ in chunks if id(s) in fresh}
+        self.blocks.apply_copies(self.arena.copy_blocks)
         t1 = time.perf_counter()
         logits, sampled = self.runner.execute(chunks)
         if sampled:
@@ -178,9 +179,9 @@ class LLMEngine(KVExchange, TierHooks):
         wants: list[Reservation] = []
         chunks = []
         for seq, n, cached in wanted:
-            hits = self.blocks.lookup(seq)[: cached // bs] if cached else []
+            hits = self.blocks.lookup(seq)[: -(-cached // bs)] if cached else []
             wants.append((seq, seq.num_computed + cached + n, hits))
-            chunks.append((seq, cached - len(hits) * bs + n))
+            chunks.append((seq, cached - self.blocks.hit_tokens(seq.num_tokens, len(hits)) + n))
         self._reserve_room(wants)
         if self.tier is not None:  # the planned hit's blocks beyond the arena's, from the store
             for i, (seq, _, cached) in enumerate(wanted):

@@ -96,12 +96,11 @@ class KVExchange:
 
     # ------------------------------------------------------------------ prefix cache
     def cached_prefix_tokens(self, token_ids: list[int]) -> int:
-        """Leading tokens of `token_ids` a new request would take from the cache (full blocks,
-        leaving at least the last token to compute); no side effects."""
+        """Leading tokens of `token_ids` a new request would take from the cache (full blocks, all but
+        the last token when every block is cached); no side effects."""
         if not token_ids:
             return 0
-        max_blocks = (len(token_ids) - 1) // self.config.block_size
-        return len(self.blocks.lookup_tokens(list(token_ids), max_blocks)) * self.config.block_size
+        return self.blocks.hit_tokens(len(token_ids), len(self.blocks.lookup_tokens(list(token_ids))))
 
     def cached_prefix_blocks(self, token_ids: list[int]) -> int:
         """Leading full blocks of `token_ids` this engine holds cached (what a hand-off may skip); no side effects."""

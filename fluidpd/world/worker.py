@@ -174,8 +174,19 @@ class WorkerState(DecodeBatch):
     # --- prefix cache -----------------------------------------------------------------
     def cached_tokens(self, req: Request) -> int:
         """Leading tokens of `req` whose KV is cached here, in device memory and then in the host
-        tier: full blocks, at most all but its last token to prefill (that one is always computed)."""
-        return sum(self.cached_blocks(req)) * self.block_size
+        tier: full blocks, at most all but its last token to prefill (that one is always computed;
+        a block-aligned prompt cached whole in device memory copies its last block and computes
+        only that token, as the engine does)."""
+        device, host = self.cached_blocks(req)
+        return (device + host) * self.block_size + self._whole_tail(req, device, host)
+
+    def _whole_tail(self, req: Request, device: int, host: int) -> int:
+        """block_size - 1 when `req`'s block-aligned prompt is cached whole in device memory (its last
+        block is copied, all but its last token taken from it); else 0."""
+        n, rest = divmod(req.prefill_target, self.block_size)
+        if rest or host or device != n - 1 or len(req.block_hashes) < n:
+            return 0
+        return self.block_size - 1 if req.block_hashes[n - 1] in self.cache else 0
 
     def cached_blocks(self, req: Request) -> tuple[int, int]:
         """(device, host): `req`'s leading blocks cached in device memory, and the run after them
@@ -188,13 +199,14 @@ class WorkerState(DecodeBatch):
         """At `req`'s admission: hold its cached leading blocks, loading the host tier's into the
         arena; returns (the tokens they cover, the blocks loaded from the host tier)."""
         device, host = self.cached_blocks(req)
+        tail = self._whole_tail(req, device, host)
         self._hold(req, device)
         if host:
             hashes = req.block_hashes
             self.host.load(hashes[device : device + host])  # type: ignore[union-attr]  # (recent before room is made)
             self.allocate(host)
             self.free(self.cache.register(req.id, hashes, device + host))
-        return (device + host) * self.block_size, host
+        return (device + host) * self.block_size + tail, host
 
     def take_moved(self, req: Request) -> int:
         """Before `req`'s KV moves here: hold the leading blocks of its stored KV (prompt and answer

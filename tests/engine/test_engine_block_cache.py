@@ -51,12 +51,42 @@ def test_full_blocks_are_shared_and_the_last_token_is_always_computed():
     b = seq(list(range(9)), "b")
     assert bm.lookup(b) == a.block_table[:2]  # 9 tokens: two full blocks, the 9th computed
     c = seq(list(range(8)), "c")
-    assert bm.lookup(c) == a.block_table[:1]  # an exact multiple: the last block is computed
+    assert bm.lookup(c) == a.block_table[:2]  # an exact multiple: every block (reserve copies the last)
     bm.reserve([(b, 9, bm.lookup(b))])
     assert b.num_computed == 8 and b.block_table[:2] == a.block_table[:2] and len(b.block_table) == 3
     assert bm.num_used == 4  # 3 of a + 1 new of b: shared, never copied
     assert bm.lookup_tokens(list(range(12))) == a.block_table[:2]
     assert bm.lookup_tokens([99, *range(1, 12)]) == []
+
+
+def test_a_whole_block_aligned_hit_copies_its_last_block_and_computes_one_token():
+    bm = BlockManager(4, BS, enable_caching=True)
+    a = computed(bm, seq(list(range(8)), "a"), 8)
+    table = list(a.block_table)
+    bm.free(a)
+    c = seq(list(range(8)), "c")
+    hits = bm.lookup(c)
+    assert hits == table and bm.shortfall([(c, 8, hits)]) == 3  # 2 evictable hits + 1 copy
+    bm.reserve([(c, 8, hits)])
+    assert c.num_computed == 7 and c.block_table[0] == table[0] and c.block_table[1] not in table
+    assert bm.copies == [(table[1], c.block_table[1])] and bm.pool.refs[table[1]] == 1  # held until copied
+    moved = []
+    bm.apply_copies(moved.extend)
+    assert moved == [(table[1], c.block_table[1])] and bm.copies == [] and bm.pool.is_evictable(table[1])
+    c.num_computed = 8
+    bm.register(c)  # its copy is a duplicate: it takes the cached block back, the copy goes plain
+    assert c.block_table == table and bm.num_used == 2 and bm.num_evictable == 0 and bm.num_free == 2
+
+
+def test_a_whole_hit_that_needs_an_evicted_block_for_its_copy_never_evicts_its_source():
+    bm = BlockManager(2, BS, enable_caching=True)
+    a = computed(bm, seq(list(range(8)), "a"), 8)
+    bm.free(a)
+    c = seq(list(range(8)), "c")
+    assert bm.shortfall([(c, 8, bm.lookup(c))]) == 3 > bm.num_free
+    with pytest.raises(NoFreeBlocksError):
+        bm.reserve([(c, 8, bm.lookup(c))])
+    assert c.block_table == [] and bm.num_evictable == 2
 
 
 def test_freed_blocks_stay_cached_and_count_as_free_tail_evicted_first():
@@ -95,8 +125,9 @@ def test_a_block_computed_twice_is_indexed_once():
         s.num_computed = 8
         bm.register(s)
     assert bm.num_cached == 2 and b.block_hashes == a.block_hashes
+    assert b.block_table == a.block_table and bm.num_used == 2  # b took a's blocks, its own went back plain
     bm.free(b)
-    assert bm.num_evictable == 0 and bm.num_free == 6  # b's duplicates went back plain
+    assert bm.num_evictable == 0 and bm.num_free == 6
     assert bm.lookup(seq(list(range(9)))) == a.block_table
 
 

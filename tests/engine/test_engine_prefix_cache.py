@@ -141,6 +141,31 @@ def test_external_plans_reuse_exactly_num_cached(make_engine, enc, system, same)
     same(outs[True][1], outs[False][1])
 
 
+def test_a_prompt_cached_whole_computes_only_its_last_token(make_engine, system, same):
+    """A block-aligned prompt seen before (built-in scheduler and an external plan): its last block is
+    copied, one token is computed, the output equals the uncached one and the cached block is unchanged."""
+    prompt = system[:32]
+    outs = {}
+    for on in (True, False):
+        eng = make_engine(num_kv_blocks=16, enable_prefix_caching=on)
+        first, _ = run(eng, prompt)
+        kv = eng.arena.kv.clone()
+        again, cached = run(eng, prompt)
+        computed = eng.stats()
+        rid = eng.add_request(prompt, PARAMS)
+        res = eng.run_step(StepPlan(prefills=[PrefillChunk(rid, 1, num_cached=31)]))
+        planned, _ = drain(eng)
+        outs[on] = first, again, planned[rid]
+        if on:
+            assert cached == 31 and res.num_prefill_tokens == 1 and res.outputs[0].num_cached_tokens == 31
+            assert torch.equal(eng.arena.kv[:2], kv[:2])  # the source blocks were read, never written
+            assert computed.num_used_blocks == 0 and computed.num_cached_blocks == (32 + 11) // BS
+        else:
+            assert cached == 0 and res.num_prefill_tokens == 32
+    for a, b in zip(outs[True], outs[False]):
+        same(a, b)
+
+
 def test_hit_then_preemption_recomputes_from_the_cache_uncounted(make_engine, system, same):
     """A request admitted on a hit, preempted mid-decode: its recompute starts on its own cached
     blocks (decode-filled ones included), the counters stay at the first admission's hit."""

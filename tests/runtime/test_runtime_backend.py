@@ -122,7 +122,8 @@ def test_resize_kv_through_backend(worker):
     """Shrink the KV pool to exactly the live blocks (some must move), then grow it back, while a
     request is mid-decode: it keeps producing the reference tokens."""
     s = smol()
-    start_request(worker, "fill", s.prompt_ids(2), SamplingParams(max_tokens=2))  # takes the low block ids
+    other = [s.prompt_ids(2)[0] + 1, *s.prompt_ids(2)[1:]]  # as long, no block in common
+    start_request(worker, "fill", other, SamplingParams(max_tokens=2))  # takes the low block ids
     first, _ = start_request(worker, "rz", s.prompt_ids(2), SamplingParams(max_tokens=MAX_T))
     worker.submit("abort", "fill").result(timeout=30)
     used = worker.submit("stats").result(timeout=30).num_used_blocks

@@ -81,9 +81,22 @@ def test_cached_tokens_leave_the_last_prompt_token_to_compute():
     a = req(1, 64, range(4))
     w.allocate(4)
     w.register(a, 64)
-    assert w.cached_tokens(req(2, 64, range(4))) == 48  # all 4 blocks cached: 3 used, 1 token computed
+    assert w.cached_tokens(req(2, 64, range(4))) == 63  # all 4 blocks cached: the last copied, 1 token computed
     assert w.cached_tokens(req(3, 65, range(4))) == 64
     assert w.cached_tokens(req(4, 65, [])) == 0
+    assert w.cached_tokens(req(5, 80, [0, 1, 2, 3, 9])) == 64  # its last block not cached: computed
+
+
+def test_a_whole_hit_holds_all_but_its_last_block_and_allocates_the_copy():
+    w = worker(10)
+    a = req(1, 64, range(4))
+    w.allocate(4)
+    w.register(a, 64)
+    b = req(2, 64, range(4))
+    assert w.take_cached(b) == (63, 0) and w.kv_blocks_used == 4  # 3 shared with a
+    w.allocate(1)  # the copy of the last block
+    w.register(b, 64)  # a duplicate of a's last block: dropped, b shares a's
+    assert w.kv_blocks_used == 4 and w.cache.refs == {0: 2, 1: 2, 2: 2, 3: 2}
 
 
 def test_take_cached_holds_live_blocks_without_counting_them_twice():

@@ -58,7 +58,7 @@ class KvAffinity:
         tier's blocks count only where loading them beats recomputing them."""
         device, host = w.cached_blocks(req)
         if not host:
-            return device * w.block_size, 0.0
+            return w.cached_tokens(req), 0.0
         tokens = host * w.block_size
         load_s = tokens * self.load_s_per_token
         if load_s >= self.prefill_work(tokens):
