@@ -26,10 +26,14 @@ def _reference(q, kc, vc, tables, ctx):
     return torch.stack(out)
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(9, 3, 64), (8, 2, 64), (32, 4, 128), (6, 6, 24)])
-def test_kernel_equals_gather_and_sdpa(heads, kv_heads, head_dim):
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "head_dim", "bs"),
+    [(9, 3, 64, 16), (9, 3, 64, 8), (8, 2, 64, 16), (32, 4, 128, 16), (6, 6, 24, 16)],
+)
+def test_kernel_equals_gather_and_sdpa(heads, kv_heads, head_dim, bs):
+    """Common shapes at block size 16 take the kernel's constant-shape paths; block size 8 the general one."""
     g = torch.Generator().manual_seed(heads * head_dim)
-    bs, num_blocks, layers = 16, 80, 2
+    num_blocks, layers = 80 * 16 // bs, 2
     arena = torch.randn(num_blocks, layers, 2, bs, kv_heads, head_dim, generator=g)
     kc, vc = arena[:, 1, 0], arena[:, 1, 1]  # strided views, as the arena hands out
     ctx = [1, 7, 8, 9, 16, 17, 100, 255]
