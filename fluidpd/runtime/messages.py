@@ -104,6 +104,7 @@ class StartInfo:
     threads: int = 0  # torch threads its engine runs
     quantization: str = ""  # the model's weight format (fluidpd.engine.model.LlamaModel.quantization)
     attention: str = ""  # its decode attention (paged, gather)
+    omp_wait_policy: str = ""  # OMP_WAIT_POLICY in the worker's environment ("": unset; fluidpd.runtime.worker_env)
 
 
 @dataclass(slots=True)

@@ -191,6 +191,7 @@ def start_info(
         threads=torch.get_num_threads(),  # call on the engine's thread: the count is per thread
         quantization=engine.model.quantization,
         attention=engine.model.attention,
+        omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", ""),
         **times,
     )
 

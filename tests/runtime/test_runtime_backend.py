@@ -49,13 +49,14 @@ def test_backends_satisfy_protocol(workers):
 
 
 def test_start_info(workers):
-    info = workers["process"].info
+    s, info = smol(), workers["process"].info
     assert info.pid == workers["process"].pid != os.getpid()
     assert info.weight_load_s > 0 and info.warmup_s > 0 and info.process_start_s > 0
     assert info.total_s >= info.weight_load_s + info.warmup_s
     assert info.stats.num_kv_blocks == NUM_KV_BLOCKS and info.stats.num_used_blocks == 0
     assert info.stats.num_running == info.stats.num_waiting == 0  # warm-up left nothing behind
     assert info.kv_layout.num_layers == 30 and info.transport == "shm"
+    assert s.config.gguf_blocks and info.omp_wait_policy == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
     assert workers["inprocess"].info.pid == os.getpid() and workers["inprocess"].info.transport == "local"
 
 

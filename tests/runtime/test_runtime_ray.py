@@ -108,6 +108,8 @@ def test_workers_spread_over_nodes_and_kv_crosses_them(setup):
     _, _, ids, expected = setup
     coord = coordinator(setup, "static-pd", workers=2)
     assert len(set(nodes(coord))) == 2  # one actor per node (SPREAD)
+    policy = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")  # the actors' OpenMP sleeps, as a process worker's
+    assert setup[0].gguf_blocks and [b.info.omp_wait_policy for b in coord.backends] == [policy, policy]
     assert coord.cluster is None
     results, state = asyncio.run(stream_all(coord, ids))
     assert [t for t, _ in results] == expected

@@ -3,6 +3,7 @@ no weights (the workers do); worker 0 sizes max_model_len and profiles the engin
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -108,3 +109,22 @@ def test_fluidpd_serve_one_worker_keeps_torch_and_the_weights_in_the_worker(tmp_
         assert proc.wait(timeout=120) == 0, log.read_text()
     finally:
         kill_tree(proc)
+
+
+@pytest.mark.parametrize("quantization", ["gguf", "none"])
+def test_in_process_workers_openmp_sleeps_as_a_process_workers_does(quantization):
+    """`fluidpd serve --backend inprocess` sets OMP_WAIT_POLICY in its own process before torch loads OpenMP
+    (gguf weights: the kernel's own thread pool needs the cores; float weights keep OpenMP's default),
+    as read back from libgomp's report of its settings (OMP_DISPLAY_ENV): no spinning means a spin count of 0."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env["OMP_DISPLAY_ENV"] = "VERBOSE"
+    cmd = [sys.executable, "-m", "fluidpd.cli", "serve", "--backend", "inprocess", "--workers", "1",
+           "--port", str(free_port()), "--quantization", quantization, "--log-level", "warning"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        seen = next((line for line in proc.stderr if "GOMP_SPINCOUNT" in line), "")  # printed as torch loads
+    finally:
+        kill_tree(proc)
+    spins = seen.partition("=")[2].strip().strip("'")
+    assert spins and (spins == "0") == (quantization == "gguf"), seen
