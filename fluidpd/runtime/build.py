@@ -183,6 +183,21 @@ class _Served:
     profile: EngineProfile
 
 
+def _profile(backend, config, info, cached: bool, log) -> EngineProfile:
+    """Worker 0's engine profile: this machine's cached one for the same engine, or measured (and kept)."""
+    from fluidpd.runtime.profile_cache import load_profile, profile_key, store_profile
+
+    key = profile_key(config, info)
+    hit = load_profile(key) if cached else None
+    if hit is not None:
+        log(f"profile: this host's, measured {hit[1]} (--no-profile-cache measures it again)")
+        return hit[0]
+    log("profiling step times ...")
+    profile = backend.submit("profile").result()
+    store_profile(key, profile)
+    return profile
+
+
 def _start(
     backends: list, runtime: RuntimeConfig, shared: bool, log, load_s: float, config, profile: EngineProfile | None
 ) -> _Served:
@@ -202,8 +217,7 @@ def _start(
         f"weights, {info.attention} decode attention); max_model_len {max_len}: {why}"
     )
     if profile is None:
-        log("profiling step times ...")
-        profile = backends[0].submit("profile").result()
+        profile = _profile(backends[0], config, info, runtime.profile_cache, log)
     log(
         f"profile: f_P(512) = {profile.prefill_time(512) * 1e3:.0f} ms, decode step "
         f"{profile.decode_step_s * 1e3:.1f} ms, L_m = {profile.prefill_batch_tokens} tokens"

@@ -54,6 +54,11 @@ class RuntimeConfig:
         "for a later prompt that starts with them (needs prefix caching)",
     )
     max_waiting: int = knob(512, "refuse (429) new requests while this many wait for their first token")
+    profile_cache: bool = knob(
+        True,
+        "reuse this host's engine profile (step times) from $FLUIDPD_CACHE/profiles when the engine config, model "
+        "file, threads, CPU, torch and engine code are the same (--no-profile-cache: measure it again)",
+    )
     request_traces: int = knob(256, "keep the timelines of the last N requests for /v1/admin/traces (0: none)")
     otlp_traces_endpoint: str = knob(
         "",

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fluidpd.core.paths import cache_root
+
 INSTALL_HINT = "run scripts/install_llama_cpp.sh first (builds it once per machine; about 25 min on 2 cores)"
 
 
 def cache_dir() -> Path:
     """${FLUIDPD_CACHE:-~/.cache/fluidpd}/llama.cpp, the install script's home."""
-    return Path(os.environ.get("FLUIDPD_CACHE") or Path.home() / ".cache" / "fluidpd") / "llama.cpp"
+    return cache_root() / "llama.cpp"
 
 
 def llama_server_binary() -> Path:

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from fluidpd.core.cpu import cpu_flags
+from fluidpd.core.paths import cache_root
 
 SOURCE_DIR = Path(__file__).parent
 CFLAGS = ("-O3", "-fopenmp-simd", "-fPIC", "-shared")  # plus -march=`march` (native unless asked)
@@ -29,7 +30,7 @@ class KernelUnavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("FLUIDPD_CACHE") or Path.home() / ".cache" / "fluidpd") / "kernels"
+    return cache_root() / "kernels"
 
 
 @functools.cache
