@@ -10,7 +10,7 @@ import pytest
 
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.model_source import smollm2_gguf
-from fluidpd.runtime import backend
+from fluidpd.runtime import backend, profile_cache
 from fluidpd.runtime.build import build_coordinator
 from fluidpd.runtime.config import RuntimeConfig
 from fluidpd.runtime.inprocess import InProcessWorker
@@ -57,8 +57,15 @@ def test_the_profile_call_measures_a_throwaway_engine_and_leaves_the_workers_as_
     assert after == before  # no KV used, nothing cached, no prefix cache queries counted
 
 
+@pytest.fixture
+def profiles(tmp_path, monkeypatch):
+    """An empty profile cache of this test's own (the kernels' cache stays where it is)."""
+    monkeypatch.setattr(profile_cache, "cache_root", lambda: tmp_path)
+    return tmp_path / "profiles"
+
+
 @pytest.mark.parametrize("kind", ["inprocess", "process"])
-def test_worker_0_sizes_max_model_len_and_profiles_for_the_coordinator(tiny, kind):
+def test_worker_0_sizes_max_model_len_and_profiles_for_the_coordinator(tiny, kind, profiles):
     logs: list[str] = []
     runtime = RuntimeConfig(workers=1, backend=kind, threads=1)
     coord = build_coordinator(EngineConfig(**tiny), runtime, log=logs.append)
@@ -88,6 +95,23 @@ def test_worker_0_sizes_max_model_len_and_profiles_for_the_coordinator(tiny, kin
     finally:
         for b in coord.backends:
             b.close()
+
+
+def test_a_restart_reuses_this_hosts_profile_unless_told_not_to(tiny, profiles):
+    def start(**kw):
+        logs: list[str] = []
+        coord = build_coordinator(EngineConfig(**tiny), RuntimeConfig(workers=1, backend="inprocess", threads=1, **kw),
+                                  log=logs.append)  # fmt: skip
+        coord.backends[0].close()
+        return coord.profile, logs
+
+    first, logs = start()
+    assert "profiling step times ..." in logs and len(list(profiles.iterdir())) == 1
+    again, logs = start()
+    assert again == first and "profiling step times ..." not in logs
+    assert any(m.startswith("profile: this host's, measured ") for m in logs), logs
+    measured, logs = start(profile_cache=False)
+    assert "profiling step times ..." in logs and isinstance(measured, EngineProfile)
 
 
 def test_a_given_profile_is_not_measured_again(tiny):
