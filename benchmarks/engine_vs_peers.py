@@ -38,7 +38,7 @@ from engine_common import progress
 
 from fluidpd.bench.peers.client import RoundShape, measure
 from fluidpd.bench.peers.llamacpp import llama_server_binary, llama_server_cmd
-from fluidpd.bench.peers.process import ServerProcess, free_port
+from fluidpd.bench.peers.process import SERVE, ServerProcess, free_port
 from fluidpd.bench.peers.proctree import tree_rss_bytes
 from fluidpd.engine.loaders import smollm2_gguf
 from fluidpd.engine.tokenizer import Tokenizer
@@ -67,10 +67,7 @@ def prompt_text(name: str, tokens: int = PROMPT_TOKENS) -> str:
 def ours_server(extra: list[str]) -> ServerProcess:
     port = free_port()
     cmd = [
-        sys.executable,
-        "-m",
-        "fluidpd.cli",
-        "serve",
+        *SERVE,
         "--workers",
         "1",
         "--port",

@@ -41,6 +41,7 @@ from runtime_common import prompt
 from tqdm import tqdm
 
 from fluidpd.bench.leftovers import descendants, processes_left, segments_left
+from fluidpd.bench.peers.process import SERVE
 
 OUTCOMES = ("completed", "lost", "refused 503", "server gone", "other error")
 COLORS = {"completed": "tab:green", "lost": "tab:red", "refused 503": "tab:orange", "server gone": "tab:grey"}
@@ -63,7 +64,7 @@ class Sent:
 
 def serve_cmd(port: int, args) -> list[str]:
     return [
-        sys.executable, "-m", "fluidpd.cli", "serve", "--workers", str(args.workers), "--backend", "process",
+        *SERVE, "--workers", str(args.workers), "--backend", "process",
         "--num-kv-blocks", str(args.num_kv_blocks), "--max-model-len", str(args.max_len),
         "--kv-offloading-size", str(args.store_gib), "--admit-ttft-factor", "0",
         "--shutdown-timeout-s", str(args.shutdown_timeout_s), "--port", str(port), "--log-level", "warning",

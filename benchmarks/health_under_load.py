@@ -74,7 +74,9 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     config = EngineConfig(model="smollm2", max_model_len=512, num_kv_blocks=128)
-    runtime = build_coordinator(config, RuntimeConfig(workers=1, backend="inprocess"), log=lambda m: None)
+    runtime = build_coordinator(
+        config, RuntimeConfig(workers=1, backend="inprocess", profile_cache=False), log=lambda m: None
+    )
     app = build_app(runtime)
     limit = app.state.server.config.max_body_bytes
     words = "lorem ipsum dolor sit amet " * (limit // 27 - 8)

@@ -48,6 +48,7 @@ from fluidpd.bench.loadgen.run import BenchConfig
 from fluidpd.bench.loadgen.session_run import SessionReplayConfig, run_sessions
 from fluidpd.bench.loadgen.turn_plot import turns_plot
 from fluidpd.bench.loadgen.turns import by_turn, hit_rate, later_turns, ttft_percentile
+from fluidpd.bench.peers.process import SERVE
 from fluidpd.core.metrics import Slo
 
 BLOCK = 16
@@ -55,7 +56,7 @@ ARMS = ("no store", "store", "store, worker killed")
 
 
 def serve_cmd(port: int, args, store: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "fluidpd.cli", "serve", "--workers", str(args.workers), "--port", str(port)]
+    cmd = [*SERVE, "--workers", str(args.workers), "--port", str(port)]
     cmd += ["--policy", "fluidpd", "--num-kv-blocks", str(args.num_kv_blocks), "--max-model-len", str(args.max_len)]
     cmd += ["--admit-ttft-factor", "0", "--ttft-slo", str(args.ttft_slo), "--tbt-slo", str(args.tbt_slo)]
     cmd += ["--log-level", "info"]

@@ -42,6 +42,7 @@ from fluidpd.bench.loadgen.run import BenchConfig
 from fluidpd.bench.loadgen.session_run import SessionReplayConfig, run_sessions
 from fluidpd.bench.loadgen.turn_plot import turns_plot
 from fluidpd.bench.loadgen.turns import by_turn, hit_rate, later_turns, ttft_percentile
+from fluidpd.bench.peers.process import SERVE
 from fluidpd.core.metrics import Slo
 from fluidpd.workload.sessions import chat_sessions
 
@@ -58,7 +59,7 @@ def cache_flag_supported() -> bool:
 def serve_cmd(workers: int, cache: bool, port: int, args, flag_ok: bool) -> list[str]:
     longest = args.system_tokens + args.turns * (args.new_tokens + args.output_tokens) + 64
     blocks = math.ceil(1.5 * args.sessions * longest / BLOCK)  # every session's context, and room to keep it
-    cmd = [sys.executable, "-m", "fluidpd.cli", "serve", "--workers", str(workers), "--port", str(port)]
+    cmd = [*SERVE, "--workers", str(workers), "--port", str(port)]
     cmd += ["--num-kv-blocks", str(blocks), "--admit-ttft-factor", "0", "--log-level", "warning"]
     cmd += ["--ttft-slo", str(args.ttft_slo), "--tbt-slo", str(args.tbt_slo)]
     if workers > 1:

@@ -126,7 +126,8 @@ def main() -> None:
         e2e = {}
         for backend in ("ray", "process"):
             runtime = RuntimeConfig(workers=3, policy="static-pd", backend=backend, heartbeat_timeout_s=5.0,
-                                    admit_ttft_factor=0.0, scheduling=PolicyConfig(prefill_workers=1))  # fmt: skip
+                                    admit_ttft_factor=0.0, scheduling=PolicyConfig(prefill_workers=1),
+                                    profile_cache=False)  # fmt: skip
             coord = build_coordinator(CONFIG, runtime, log=lambda m: None)
             e2e[backend] = asyncio.run(trace_run(coord, args.requests, seed=7))
             r = e2e[backend]

@@ -26,6 +26,7 @@ import urllib.request
 
 from fluidpd.bench.capacity import HostSpeed, Window, load_for
 from fluidpd.bench.loadgen.run import BenchConfig, run_bench
+from fluidpd.bench.peers.process import SERVE
 from fluidpd.core.metrics import Slo
 
 SLO = Slo(10.0, 0.6)
@@ -58,7 +59,7 @@ def stop_server(proc) -> None:
 def run_policy(policy: str, port: int, trace, args) -> dict:
     url = f"http://127.0.0.1:{port}"
     serve = [
-        sys.executable, "-m", "fluidpd.cli", "serve", "--model", "smollm2", "--workers", "4", "--prefill-workers", "1",
+        *SERVE, "--model", "smollm2", "--workers", "4", "--prefill-workers", "1",
         "--policy", policy, "--ttft-slo", str(SLO.ttft_s), "--tbt-slo", str(SLO.tbt_s), *ADMIT_ALL,
         "--port", str(port), "--max-model-len", str(args.max_model_len),
     ]  # fmt: skip

@@ -30,6 +30,7 @@ def coordinator(
     **runtime_kw,
 ):
     runtime = RuntimeConfig(
+        profile_cache=False,  # a benchmark measures this host as it is now
         admit_ttft_factor=admit_ttft_factor,
         workers=workers,
         policy=policy,

@@ -42,6 +42,7 @@ from fluidpd.bench.loadgen.run import BenchConfig
 from fluidpd.bench.loadgen.session_run import SessionReplayConfig, run_sessions
 from fluidpd.bench.loadgen.turn_plot import turns_plot
 from fluidpd.bench.loadgen.turns import by_turn
+from fluidpd.bench.peers.process import SERVE
 from fluidpd.core.metrics import Slo
 
 FLUIDPD = ("fluidpd", "")  # its own router: kv-affinity
@@ -57,7 +58,7 @@ def serve_cmd(system: tuple[str, str], port: int, args) -> list[str]:
     policy, router = system
     longest = args.system_tokens + args.turns * (args.new_tokens + args.output_tokens) + 64
     blocks = math.ceil(1.5 * args.sessions * longest / BLOCK)  # every session's context, and room to keep it
-    cmd = [sys.executable, "-m", "fluidpd.cli", "serve", "--workers", str(args.workers), "--port", str(port)]
+    cmd = [*SERVE, "--workers", str(args.workers), "--port", str(port)]
     cmd += ["--policy", policy, "--num-kv-blocks", str(blocks), "--admit-ttft-factor", "0", "--log-level", "warning"]
     cmd += ["--ttft-slo", str(args.ttft_slo), "--tbt-slo", str(args.tbt_slo)]
     return cmd + (["--router", router] if router else [])

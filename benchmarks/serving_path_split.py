@@ -43,6 +43,7 @@ from statistics import median
 
 import torch
 
+from fluidpd.bench.peers.process import SERVE
 from fluidpd.core.memory import rss_bytes
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.engine import LLMEngine, load_model
@@ -253,7 +254,7 @@ def engine_ms(engine: LLMEngine, streams: int, max_tokens: int, seed: int) -> fl
 def serve_memory() -> dict[str, float]:
     """VmRSS (GB) of a real `fluidpd serve --workers 1` and its worker, after one request."""
     port = 18000 + os.getpid() % 1000
-    cmd = [sys.executable, "-m", "fluidpd.cli", "serve", "--workers", "1", "--port", str(port), "--threads", "1"]
+    cmd = [*SERVE, "--workers", "1", "--port", str(port), "--threads", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log: list[str] = []
     reader = threading.Thread(target=lambda: log.extend(ln.rstrip() for ln in proc.stderr), daemon=True)  # type: ignore[union-attr]
@@ -325,7 +326,7 @@ def main() -> None:
     ap.add_argument("--no-memory", action="store_true", help="skip the resident-memory measurement")
     args = ap.parse_args()
     mem = None if args.no_memory else serve_memory()
-    runtime = RuntimeConfig(workers=1, admit_ttft_factor=0.0, threads=args.threads)
+    runtime = RuntimeConfig(workers=1, admit_ttft_factor=0.0, threads=args.threads, profile_cache=False)
     threads = runtime.worker_threads
     tracer = Tracer()
     tracer.install()

@@ -46,6 +46,7 @@ from fluidpd.bench.capacity import PREFILL_KV_FRACTION, Window, host_setup
 from fluidpd.bench.loadgen.aggregate import collect
 from fluidpd.bench.loadgen.requests import BenchResult
 from fluidpd.bench.loadgen.run import BenchConfig, run_bench
+from fluidpd.bench.peers.process import SERVE
 from fluidpd.bench.plots import cdf_plot, sorted_cdf
 from fluidpd.bench.step_check import speed_level, step_check
 from fluidpd.core.metrics import Slo
@@ -60,7 +61,7 @@ TRACES = ("azure_conv:0.4@0", "azure_code:0.1@9100")
 
 def serve_cmd(policy: str, port: int, args, step_log: Path) -> list[str]:
     return [
-        sys.executable, "-m", "fluidpd.cli", "serve", "--model", "smollm2", "--workers", str(args.workers),
+        *SERVE, "--model", "smollm2", "--workers", str(args.workers),
         "--prefill-workers", str(args.prefill_workers), "--policy", policy, "--ttft-slo", str(args.ttft_slo),
         "--tbt-slo", str(args.tbt_slo), "--admit-ttft-factor", "0", "--port", str(port),
         "--max-model-len", str(args.max_model_len), "--prefill-kv-fraction", str(PREFILL_KV_FRACTION),

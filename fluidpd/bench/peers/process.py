@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 
 PR_SET_PDEATHSIG = 1
+# `fluidpd serve` as a benchmark starts it: this host profiled as it is now, never a profile kept from another run
+SERVE = [sys.executable, "-m", "fluidpd.cli", "serve", "--no-profile-cache"]
 
 
 def free_port() -> int:
