@@ -108,8 +108,6 @@ def test_workers_spread_over_nodes_and_kv_crosses_them(setup):
     _, _, ids, expected = setup
     coord = coordinator(setup, "static-pd", workers=2)
     assert len(set(nodes(coord))) == 2  # one actor per node (SPREAD)
-    policy = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")  # the actors' OpenMP sleeps, as a process worker's
-    assert setup[0].gguf_blocks and [b.info.omp_wait_policy for b in coord.backends] == [policy, policy]
     assert coord.cluster is None
     results, state = asyncio.run(stream_all(coord, ids))
     assert [t for t, _ in results] == expected
@@ -147,6 +145,22 @@ def test_a_killed_actor_is_a_lost_worker_and_is_replaced(setup):
     (loss,) = state["losses"]
     assert loss["restarted"] >= 1 and state["workers_down"] == [] and state["outstanding"] == 0
     assert all(w["kv_blocks_used"] == 0 for w in state["workers"])
+
+
+def test_an_actor_of_gguf_weights_starts_with_openmp_asleep_as_a_process_worker(cluster):
+    """The actor's process starts with OMP_WAIT_POLICY=PASSIVE in its environment (runtime_env), so its
+    OpenMP threads sleep beside the gguf kernel's own pool, as a process worker's do."""
+    from fluidpd.engine.config import EngineConfig
+    from fluidpd.runtime.ray_worker import RayWorker
+
+    config = EngineConfig(model="smollm2", num_kv_blocks=32, max_model_len=512)
+    assert config.gguf_blocks
+    worker = RayWorker(0, config, warmup=False)
+    try:
+        info = worker.start()
+    finally:
+        worker.close()
+    assert info.omp_wait_policy == os.environ.get("OMP_WAIT_POLICY", "PASSIVE") and info.quantization == "gguf"
 
 
 def test_the_links_between_nodes_are_measured_both_ways(cluster):

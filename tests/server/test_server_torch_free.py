@@ -74,8 +74,10 @@ def test_fluidpd_serve_one_worker_keeps_torch_and_the_weights_in_the_worker(tmp_
         "--log-level",
         "warning",
     ]
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env["OMP_DISPLAY_ENV"] = "VERBOSE"  # libgomp prints its settings where it loads: in the worker only
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + WAIT_S
@@ -97,6 +99,8 @@ def test_fluidpd_serve_one_worker_keeps_torch_and_the_weights_in_the_worker(tmp_
         assert f"started 1 process worker(s) ({p['threads']} torch thread(s) each)" in text
         for line in ("loaded smollm2 in", "max_model_len 8192: the model's context", "profile: f_P(512) = "):
             assert line in text, text
+        spins = [line.split("=")[1].strip() for line in text.splitlines() if "GOMP_SPINCOUNT" in line]
+        assert spins and set(spins) == {"'0'"}, text  # the gguf worker's OpenMP never spins
         # the server's tokenizer and the worker's engine serve a request
         r = httpx.post(
             url + "/v1/completions",
