@@ -3,7 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
+# two pytest workers, each test file on one of them (its module fixtures start once): as on a busy host
+PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 .PHONY: run test test-fast test-busy lint venv clean claims
 

@@ -1,4 +1,4 @@
-"""What tests/test_readme.py and tests/test_docs.py share: fenced blocks, their commands, and `make run`'s server.
+"""What tests/test_docs.py's README and docs examples share: fenced blocks, their commands, and `make run`'s server.
 
 The server every HTTP example talks to is started with the very command `make run` runs (read from
 `make -n run`), on 127.0.0.1:8000 as the examples say.
@@ -84,6 +84,26 @@ def wait_ready(proc: subprocess.Popen, log: Path, timeout_s: float = 600) -> Non
             pass
         time.sleep(1)
     pytest.fail("`make run`'s server did not become healthy")
+
+
+def wait_idle(timeout_s: float = 600) -> None:
+    """Until `make run`'s server has no request outstanding: an example never queues behind the one before
+    it (whose client may have left requests running), which the server's admission control could refuse."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if httpx.get(URL + "/v1/admin/cluster", timeout=30).json()["outstanding"] == 0:
+            return
+        time.sleep(0.5)
+    pytest.fail("`make run`'s server still had requests outstanding")
+
+
+@pytest.fixture
+def make_run_idle(make_run_server):
+    """`make run`'s server, with nothing outstanding (registered in tests/conftest.py)."""
+    wait_idle()
+    return make_run_server
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,13 @@
-"""The examples of docs/*.md run or parse, and every relative link of the README and docs/ resolves.
+"""The examples of the README and docs/*.md run or parse, and every relative link of the README and docs/ resolves.
 
+README: every example runs, verbatim, and succeeds. Its quickstart block must be exactly the two-command
+contract (`make run`, `make test`; CI runs the second). Every fenced `bash` line runs through bash (curl
+examples must answer 2xx) and every `python` block runs with this interpreter; `fluidpd` commands run
+from a scratch directory so their outputs land there. The README is a front page: the reference lives in
+docs/. (One file with the docs' examples: both talk to `make run`'s server on port 8000, and `make test`'s
+pytest workers each take whole files.)
+
+docs:
 Every fenced `bash` and `python` block of a docs page is tested; its first line says how (the
 convention is written down for docs writers in docs/index.md, "The examples on these pages are
 tested"):
@@ -8,7 +16,7 @@ tested"):
   finish in under a minute; RUN_TIMEOUT_S leaves room for a busy machine);
 * `# parse-only` (or `# parse-only: why`): each command is a `fluidpd` command line, parsed by
   `fluidpd.cli.build_parser()` (flags and values must exist) and not run;
-* `# server`: the block talks to `make run`'s server, which the test starts (as test_readme does).
+* `# server`: the block talks to `make run`'s server, which the test starts (as for the README's examples).
 
 Blocks in any other language (`text`) are not run. Links: every `[text](target)` outside code
 whose target is not a URL must name an existing file, and its `#anchor`, when it names a Markdown
@@ -103,7 +111,7 @@ def test_example_runs(lang, cmd, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("make_run_server")
+@pytest.mark.usefixtures("make_run_idle")
 @pytest.mark.parametrize("lang,cmd", cases("server"))
 def test_example_against_the_server(lang, cmd, tmp_path):
     if lang == "python":
@@ -156,3 +164,43 @@ def test_every_page_is_in_the_nav():
 
     nav = names(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
     assert nav == {p.name for p in PAGES}
+
+
+# ---------------------------------------------------------------------- the README
+README = (ROOT / "README.md").read_text()
+BLOCKS = fenced_blocks(README)
+QUICKSTART = "make run"
+MAX_LINES = 150
+
+BASH = [c for lang, b in BLOCKS if lang == "bash" for c in commands(b)]
+PYTHON = [b for lang, b in BLOCKS if lang == "python"]
+ONLINE = [c for c in BASH if c.startswith(("curl ", "fluidpd bench ", "fluidpd top "))]
+OFFLINE = [c for c in BASH if c.startswith("fluidpd ") and c not in ONLINE]
+
+
+def test_the_readme_is_made_of_runnable_examples():
+    assert BLOCKS and BASH and PYTHON
+    quick = [b for lang, b in BLOCKS if lang == "bash" and QUICKSTART in b]
+    first = [c.split(" #")[0].strip() for c in commands(quick[0])] if quick else []
+    assert first == ["make run", "make test"], "the quickstart is the two commands"
+    other = [c for c in BASH if c not in ONLINE + OFFLINE and not c.startswith(("make run ", "make test "))]
+    assert not other, f"README commands this test does not know how to run: {other}"
+
+
+def test_the_readme_is_a_front_page():
+    assert len(README.splitlines()) <= MAX_LINES, "the reference belongs in docs/, the README is the front page"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", ONLINE + PYTHON + OFFLINE)
+def test_example(example, tmp_path, request):
+    """Each command or python block, as written; those that talk to the server get `make run`'s."""
+    if example in OFFLINE:
+        res = run(example, tmp_path, timeout=900)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return
+    request.getfixturevalue("make_run_idle")
+    if example in PYTHON:
+        check_python(example, tmp_path)
+    else:
+        check_http(example, run(example, tmp_path, timeout=600))

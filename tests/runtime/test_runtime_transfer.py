@@ -11,6 +11,7 @@ import pytest
 import torch
 from rtbackend_help import NUM_KV_BLOCKS, decode, run_to_end, smol, start_request
 
+from fluidpd.bench.leftovers import descendants
 from fluidpd.engine.block_manager import NoFreeBlocksError
 from fluidpd.engine.block_pool import MissingCachedBlocks
 from fluidpd.engine.kv_transfer import KVLayout, KVPayload
@@ -49,11 +50,16 @@ def payload(num_computed: int = 10, layout: KVLayout = LAYOUT, dtype=torch.float
 POOL_PID: list[int] = []  # the pooled worker's pid: its free pool segments are not leaks
 
 
+def our_segments() -> set[str]:
+    """KV segments created by this process or its children (another test process's are not ours)."""
+    return {n for pid in (os.getpid(), *descendants(os.getpid())) for n in leftover_segments(pid)}
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
-    before = set(leftover_segments())
+    before = our_segments()
     yield
-    new = set(leftover_segments()) - before
+    new = our_segments() - before
     pooled = {n for n in new if POOL_PID and n.startswith(f"fpkv_{POOL_PID[0]}_")}
     assert new - pooled == set(), "a KV segment was left in /dev/shm"
     assert all(segment_generation(n) == 0 for n in pooled), "a pooled KV segment is still marked busy"
