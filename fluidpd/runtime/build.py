@@ -184,14 +184,19 @@ class _Served:
 
 
 def _profile(backend, config, info, cached: bool, log) -> EngineProfile:
-    """Worker 0's engine profile: this machine's cached one for the same engine, or measured (and kept)."""
-    from fluidpd.runtime.profile_cache import load_profile, profile_key, store_profile
+    """Worker 0's engine profile: this machine's kept one for the same engine when a decode step now takes
+    what it took then (within PROFILE_DRIFT: the host is as busy as it was), else measured (and kept)."""
+    from fluidpd.runtime.profile_cache import PROFILE_DRIFT, load_profile, profile_key, store_profile
 
     key = profile_key(config, info)
     hit = load_profile(key) if cached else None
     if hit is not None:
-        log(f"profile: this host's, measured {hit[1]} (--no-profile-cache measures it again)")
-        return hit[0]
+        kept, when = hit
+        now = backend.submit("decode_probe").result()
+        if 1 / PROFILE_DRIFT <= now / kept.decode_step_s <= PROFILE_DRIFT:
+            log(f"profile: this host's, measured {when} (a decode step {now * 1e3:.1f} ms now, as then)")
+            return kept
+        log(f"profile kept from {when}: decode step {kept.decode_step_s * 1e3:.1f} ms then, {now * 1e3:.1f} ms now")
     log("profiling step times ...")
     profile = backend.submit("profile").result()
     store_profile(key, profile)

@@ -20,7 +20,19 @@ from typing import Any
 
 # the methods a worker executes on its engine (see fluidpd.runtime.worker_main.EngineService)
 METHODS = frozenset(
-    {"add_request", "run_step", "abort", "export_kv", "import_kv", "resize_kv", "stats", "ping", "heartbeat", "profile"}
+    {
+        "add_request",
+        "run_step",
+        "abort",
+        "export_kv",
+        "import_kv",
+        "resize_kv",
+        "stats",
+        "ping",
+        "heartbeat",
+        "profile",
+        "decode_probe",
+    }
 )
 # answered at once, beside the call in progress (they touch no engine state): a busy worker
 # still answers them, a frozen one does not

@@ -63,7 +63,24 @@ def profile_engine(engine, lengths=(16, 64, 128, 256, 512), repeats: int = 3) ->
             engine.abort(b)
         prefill.append((n, _median(p)))
         chunk.append((n, _median(c)))
-    a = engine.add_request([1, 2, 3, 4], params, request_id="profile-d")
+    decode_s = decode_step_time(engine, repeats)
+    xs = [n for n, _ in prefill]
+    f_p = Polynomial(fit_polynomial(xs, [t for _, t in prefill], 2, relative=True).coeffs, 0.0)
+    g = Polynomial(fit_polynomial(xs, [t for _, t in chunk], 2).coeffs, 0.0)
+    per_token = [(n, t / n) for n, t in prefill]
+    best = min(t for _, t in per_token)
+    l_m = next(n for n, t in per_token if t <= best * 1.1)
+    return EngineProfile(tuple(prefill), tuple(chunk), decode_s, f_p, g, l_m)
+
+
+def decode_step_time(engine, repeats: int = 3) -> float:
+    """The median time of a one-request decode step (a 4-token prompt) in `engine`."""
+    from fluidpd.engine.plan import PrefillChunk, StepPlan
+    from fluidpd.engine.sampling import SamplingParams
+
+    a = engine.add_request(
+        [1, 2, 3, 4], SamplingParams(max_tokens=repeats + 2, ignore_eos=True), request_id="profile-d"
+    )
     engine.run_step(StepPlan(prefills=[PrefillChunk(a, 4)]))
     d = []
     for _ in range(repeats):
@@ -71,10 +88,4 @@ def profile_engine(engine, lengths=(16, 64, 128, 256, 512), repeats: int = 3) ->
         engine.run_step(StepPlan(decodes=[a]))
         d.append(time.perf_counter() - t0)
     engine.abort(a)
-    xs = [n for n, _ in prefill]
-    f_p = Polynomial(fit_polynomial(xs, [t for _, t in prefill], 2, relative=True).coeffs, 0.0)
-    g = Polynomial(fit_polynomial(xs, [t for _, t in chunk], 2).coeffs, 0.0)
-    per_token = [(n, t / n) for n, t in prefill]
-    best = min(t for _, t in per_token)
-    l_m = next(n for n, t in per_token if t <= best * 1.1)
-    return EngineProfile(tuple(prefill), tuple(chunk), _median(d), f_p, g, l_m)
+    return _median(d)

@@ -5,7 +5,9 @@ A profile is stored under `$FLUIDPD_CACHE/profiles/<key>.json`, the key a hash o
 depend on: the engine config, the model file (path, size, modification time), the worker's torch threads,
 weight format and decode attention, the CPU (name and feature flags), the torch version and the engine's
 own source (Python and C). Change any of them and the profile is measured again; `--no-profile-cache`
-always measures. Torch-free: the server process reads and writes it.
+always measures. Before a kept profile is used, worker 0 times a few decode steps: if a step now takes more
+than PROFILE_DRIFT times (or less than 1/PROFILE_DRIFT of) the profile's, the host is busier or quieter than
+when it was measured, and it is measured again. Torch-free: the server process reads and writes it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from fluidpd.engine.model_source import resolve_model
 from fluidpd.runtime.profile import EngineProfile
 
 ENGINE_SOURCE = Path(__file__).parent.parent / "engine"
+PROFILE_DRIFT = 1.25  # a kept profile is used while a decode step takes within this factor of its own
 
 
 def profile_key(config: Any, info: Any) -> str:

@@ -36,7 +36,7 @@ from fluidpd.runtime.messages import (
     encode,
     portable_error,
 )
-from fluidpd.runtime.profile import EngineProfile, profile_engine
+from fluidpd.runtime.profile import EngineProfile, decode_step_time, profile_engine
 from fluidpd.runtime.transport import configure_transport, get_transport
 from fluidpd.runtime.transport.base import KVHandle, KVTransport
 
@@ -115,6 +115,13 @@ class EngineService:
         """This worker's step times for the policy (`profile_engine`), at its torch threads, measured on a
         throwaway engine of its config sharing its model (no KV store): the serving engine's KV, prefix
         cache, counters and the node's store are left as they were."""
+        return self._on_throwaway(profile_engine)
+
+    def decode_probe(self, repeats: int = 8) -> float:
+        """A one-request decode step's median time now, as `profile` measures it (the check of a kept profile)."""
+        return self._on_throwaway(lambda e: decode_step_time(e, repeats))
+
+    def _on_throwaway(self, fn):
         probe = LLMEngine(
             replace(self.engine.config, kv_store="", kv_store_bytes=0),
             model=self.engine.model,
@@ -122,7 +129,7 @@ class EngineService:
         )
         cuda = probe.arena.device.type == "cuda"
         try:
-            return profile_engine(probe)
+            return fn(probe)
         finally:
             del probe
             release_heap(cuda)

@@ -97,7 +97,10 @@ def test_worker_0_sizes_max_model_len_and_profiles_for_the_coordinator(tiny, kin
             b.close()
 
 
-def test_a_restart_reuses_this_hosts_profile_unless_told_not_to(tiny, profiles):
+def test_a_restart_reuses_this_hosts_profile_unless_told_not_to_or_the_host_changed(tiny, profiles, monkeypatch):
+    """Whether a decode step now is within PROFILE_DRIFT of the kept one's is the machine's business: the test
+    sets the factor so that every step is (reuse), then so that none is (measured again)."""
+
     def start(**kw):
         logs: list[str] = []
         coord = build_coordinator(EngineConfig(**tiny), RuntimeConfig(workers=1, backend="inprocess", threads=1, **kw),
@@ -107,11 +110,15 @@ def test_a_restart_reuses_this_hosts_profile_unless_told_not_to(tiny, profiles):
 
     first, logs = start()
     assert "profiling step times ..." in logs and len(list(profiles.iterdir())) == 1
+    monkeypatch.setattr(profile_cache, "PROFILE_DRIFT", float("inf"))
     again, logs = start()
     assert again == first and "profiling step times ..." not in logs
     assert any(m.startswith("profile: this host's, measured ") for m in logs), logs
     measured, logs = start(profile_cache=False)
     assert "profiling step times ..." in logs and isinstance(measured, EngineProfile)
+    monkeypatch.setattr(profile_cache, "PROFILE_DRIFT", 0.5)  # no ratio lies in [2, 0.5]
+    _, logs = start()
+    assert any(m.startswith("profile kept from ") for m in logs) and "profiling step times ..." in logs, logs
 
 
 def test_a_given_profile_is_not_measured_again(tiny):
