@@ -187,25 +187,22 @@ static inline __attribute__((always_inline)) int32_t decode_rows(
         const int32_t *tb = tables + (int64_t)b * max_blocks;
         const int32_t L = ctx_lens[b];
         /* the common shapes get constant G and D, so the loops above unroll into registers, and a constant
-           block size, so a token's page and offset are a shift and a mask rather than two divisions */
-        if (G == 3 && head_dim == 64 && block_size == 16)
-            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 3, 64, 16, scale, scores, f16);
-        else if (G == 4 && head_dim == 64 && block_size == 16)
-            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 4, 64, 16, scale, scores, f16);
-        else if (G == 8 && head_dim == 128 && block_size == 16)
-            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 8, 128, 16, scale, scores, f16);
-        else if (G == 3 && head_dim == 64)
-            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 3, 64, block_size, scale, scores,
-                       f16);
+           block size of 16, so a token's page and offset are a shift and a mask rather than two divisions */
+#define ATTEND(G_, D_) \
+    (block_size == 16 ? attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, G_, D_, 16, scale, \
+                                   scores, f16)                                                                       \
+                      : attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, G_, D_, block_size, \
+                                   scale, scores, f16))
+        if (G == 3 && head_dim == 64)
+            ATTEND(3, 64);
         else if (G == 4 && head_dim == 64)
-            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 4, 64, block_size, scale, scores,
-                       f16);
+            ATTEND(4, 64);
         else if (G == 8 && head_dim == 128)
-            attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, 8, 128, block_size, scale,
-                       scores, f16);
+            ATTEND(8, 128);
         else
             attend_row(qb, ob, k, v, block_stride, token_stride, tb, L, num_kv_heads, G, head_dim, block_size, scale,
                        scores, f16);
+#undef ATTEND
     }
     return 0;
 }
