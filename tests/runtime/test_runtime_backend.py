@@ -56,9 +56,8 @@ def test_start_info(workers):
     assert info.stats.num_kv_blocks == NUM_KV_BLOCKS and info.stats.num_used_blocks == 0
     assert info.stats.num_running == info.stats.num_waiting == 0  # warm-up left nothing behind
     assert info.kv_layout.num_layers == 30 and info.transport == "shm"
-    assert (
-        not s.staged.gguf_blocks
-    )  # safetensors weights: OpenMP keeps its default wait (the gguf case: test_server_torch_free)
+    # safetensors weights: OpenMP keeps its default wait (the gguf case: test_server_torch_free)
+    assert not s.staged.gguf_blocks
     assert info.omp_wait_policy == os.environ.get("OMP_WAIT_POLICY", "")
     assert workers["inprocess"].info.pid == os.getpid() and workers["inprocess"].info.transport == "local"
 

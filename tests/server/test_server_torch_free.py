@@ -54,6 +54,17 @@ assert not loaded, loaded
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def omp_display_env() -> dict[str, str]:
+    """This environment without a wait policy of its own, and libgomp asked to print its settings as it loads."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    return env | {"OMP_DISPLAY_ENV": "VERBOSE"}
+
+
+def spin_count(line: str) -> str:
+    """The value of libgomp's `GOMP_SPINCOUNT = '0'` line ("" for any other line)."""
+    return line.partition("=")[2].strip().strip("'")
+
+
 def _maps_torch(pid: int) -> bool:
     return "/torch/lib/" in Path(f"/proc/{pid}/maps").read_text()
 
@@ -74,10 +85,8 @@ def test_fluidpd_serve_one_worker_keeps_torch_and_the_weights_in_the_worker(tmp_
         "--log-level",
         "warning",
     ]
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    env["OMP_DISPLAY_ENV"] = "VERBOSE"  # libgomp prints its settings where it loads: in the worker only
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    with open(log, "w") as out:  # libgomp prints its settings where it loads: in the worker only
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=omp_display_env())
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + WAIT_S
@@ -99,8 +108,8 @@ def test_fluidpd_serve_one_worker_keeps_torch_and_the_weights_in_the_worker(tmp_
         assert f"started 1 process worker(s) ({p['threads']} torch thread(s) each)" in text
         for line in ("loaded smollm2 in", "max_model_len 8192: the model's context", "profile: f_P(512) = "):
             assert line in text, text
-        spins = [line.split("=")[1].strip() for line in text.splitlines() if "GOMP_SPINCOUNT" in line]
-        assert spins and set(spins) == {"'0'"}, text  # the gguf worker's OpenMP never spins
+        spins = [spin_count(line) for line in text.splitlines() if "GOMP_SPINCOUNT" in line]
+        assert spins and set(spins) == {"0"}, text  # the gguf worker's OpenMP never spins
         # the server's tokenizer and the worker's engine serve a request
         r = httpx.post(
             url + "/v1/completions",
@@ -120,15 +129,13 @@ def test_in_process_workers_openmp_sleeps_as_a_process_workers_does(quantization
     """`fluidpd serve --backend inprocess` sets OMP_WAIT_POLICY in its own process before torch loads OpenMP
     (gguf weights: the kernel's own thread pool needs the cores; float weights keep OpenMP's default),
     as read back from libgomp's report of its settings (OMP_DISPLAY_ENV): no spinning means a spin count of 0."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    env["OMP_DISPLAY_ENV"] = "VERBOSE"
     cmd = [sys.executable, "-m", "fluidpd.cli", "serve", "--backend", "inprocess", "--workers", "1",
            "--port", str(free_port()), "--quantization", quantization, "--log-level", "warning"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=omp_display_env())
     try:
         assert proc.stderr is not None
         seen = next((line for line in proc.stderr if "GOMP_SPINCOUNT" in line), "")  # printed as torch loads
     finally:
         kill_tree(proc)
-    spins = seen.partition("=")[2].strip().strip("'")
+    spins = spin_count(seen)
     assert spins and (spins == "0") == (quantization == "gguf"), seen
