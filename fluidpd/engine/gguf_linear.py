@@ -36,7 +36,7 @@ _scratch = threading.local()
 
 
 class GgufKernel:
-    """The compiled kernel's two entry points (y = x W^T, and rows of W dequantised)."""
+    """The compiled kernel's entry points (y = x W^T, rows of W dequantised, its thread pool)."""
 
     def __init__(self) -> None:
         lib = load("gguf_linear")
@@ -49,6 +49,7 @@ class GgufKernel:
         self.dequantize = lib.gguf_dequantize
         self.dequantize.restype = _i32
         self.dequantize.argtypes = [_i32, _p, _i64, _p, _i64, _i64, _p, _i32]
+        self.parallel = lib.gguf_parallel  # its thread pool, for decode_step.c's attention
         self._set_isa = lib.gguf_set_isa
         self._set_isa.argtypes, self._set_isa.restype = [_i32], _i32
         most = os.environ.get(ISA_ENV) or ISAS[-1]

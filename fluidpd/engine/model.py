@@ -21,6 +21,7 @@ from fluidpd.engine import gguf_linear  # noqa: F401  (registers the gguf weight
 from fluidpd.engine.arena import KVArena
 from fluidpd.engine.attention_meta import AttentionMetadata
 from fluidpd.engine.config import ATTENTIONS, LAYER_OPS
+from fluidpd.engine.decode_program import DecodeProgram
 from fluidpd.engine.decoder_layer import DecoderLayer
 from fluidpd.engine.kernels import KernelUnavailable
 from fluidpd.engine.layer_ops import FusedLayerOps, LayerOps, TorchLayerOps
@@ -69,6 +70,7 @@ class LlamaModel:
         freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv[None, :]
         self.cos, self.sin = freqs.cos().to(dtype), freqs.sin().to(dtype)
         self.to(self.device)
+        self.program = DecodeProgram.for_model(self)  # decode-only steps in one C call, where it applies
 
     def to(self, device: torch.device) -> None:
         self.embed = None if self.embed is None else self.embed.to(device)
@@ -99,11 +101,14 @@ class LlamaModel:
         """Logits (float32) [len(logits_rows), vocab] for the chosen rows of the flat batch."""
         x = self.embed_tokens(input_ids)
         st = self.ops.begin(positions, meta.slot_blocks, meta.slot_offsets, self.cos, self.sin, arena)
-        res = None
-        for i, layer in enumerate(self.layers):
-            res = layer.forward(x, res, st, meta, i)
-        if res is not None:
-            x.add_(res)
+        if self.program is not None and self.program.runs(x.shape[0], meta):
+            self.program(x, st, meta, arena)
+        else:
+            res = None
+            for i, layer in enumerate(self.layers):
+                res = layer.forward(x, res, st, meta, i)
+            if res is not None:
+                x.add_(res)
         x = self.ops.add_rms_norm(x[logits_rows], None, self.norm, self.config.rms_norm_eps, st)
         return self.lm_head(x).float()
 

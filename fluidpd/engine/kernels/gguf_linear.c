@@ -554,6 +554,9 @@ static void run_parts(void (*fn)(void *, int, int), void *arg, int parts) {
 
 /* ---- entry points ---- */
 
+/* fn(arg, part, parts) for every part < parts on the pool, part 0 on the caller (decode_step.c's attention) */
+void gguf_parallel(void (*fn)(void *, int, int), void *arg, int32_t parts) { run_parts(fn, arg, parts); }
+
 typedef struct {
     int32_t type;
     const uint8_t *w;
