@@ -89,12 +89,12 @@ class Tracer:
         self.current: dict | None = None  # the step whose handler runs now
 
     def install(self) -> None:
-        from fluidpd.runtime import cluster, process, streams
+        from fluidpd.runtime import cluster, pipe_calls, process, streams
         from fluidpd.server import generation, output
 
         tr = self
         process.worker_entry = traced_run_worker
-        orig_decode = process.decode
+        orig_decode = pipe_calls.decode  # the replies' read loop
 
         def decode(data):
             msg = orig_decode(data)
@@ -103,7 +103,7 @@ class Tracer:
                 value.t_recv = time.perf_counter()
             return msg
 
-        process.decode = decode
+        pipe_calls.decode = decode
         orig_submit = process.ProcessWorker.submit
 
         def submit(self, method, *args, **kwargs):

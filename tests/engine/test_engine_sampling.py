@@ -174,3 +174,16 @@ def _drain(eng):
     while eng.has_unfinished():
         outs += [o for o in eng.step() if o.finished]
     return outs
+
+
+def test_draws_follow_the_distribution_and_never_pick_a_zero():
+    from fluidpd.engine.sampling import draw
+
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.3, 0.2, 0.0])
+    g = torch.Generator().manual_seed(1)
+    counts = torch.bincount(torch.tensor([draw(probs, g) for _ in range(4000)]), minlength=6).float()
+    assert counts[[0, 2, 5]].sum() == 0
+    assert torch.allclose(counts / 4000, probs, atol=0.03)  # 4000 draws: sd of a share <= 0.008
+    assert draw(torch.tensor([0.0, 0.0, 1.0, 0.0]), g) == 2
+    a, b = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    assert [draw(probs, a) for _ in range(50)] == [draw(probs, b) for _ in range(50)]  # a seed replays
