@@ -5,10 +5,11 @@
  * ctypes around some 270 calls a step.
  *
  * One difference of schedule, none of arithmetic: the attention of each (row, KV head) pair is its own
- * unit, spread over the linear kernel's thread pool (`parallel`); a unit is the same kernel called for
+ * unit, claimed by the threads of the linear kernel's pool (`parallel`); a unit is the same kernel called for
  * one row and one KV head (its G query heads), which computes each head exactly as the whole call
  * does (heads never mix in paged_attention.c).
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -26,7 +27,8 @@ typedef int32_t (*attn_fn)(const float *q, int64_t q_row_stride, float *out, con
                            int64_t block_stride, int64_t token_stride, const int32_t *tables, int32_t max_blocks,
                            const int32_t *ctx_lens, int32_t num_rows, int32_t num_heads, int32_t num_kv_heads,
                            int32_t head_dim, int32_t block_size, float scale, float *scores);
-typedef void (*parallel_fn)(void (*fn)(void *, int, int), void *arg, int32_t parts);
+typedef void (*parallel_fn)(void (*fn)(void *, int64_t, int64_t), void *arg, int64_t total, int64_t chunk,
+                            int32_t parts);
 
 typedef struct {
     linear_fn fn;
@@ -66,15 +68,14 @@ typedef struct {
     const float *q;
     int64_t q_stride;
     const char *k, *v;
-    int32_t rc;
+    _Atomic int32_t rc;
 } attend_t;
 
-static void attend_part(void *arg, int part, int parts) {
+static void attend_units(void *arg, int64_t u0, int64_t u1) {
     attend_t *a = arg;
     const model_t *m = a->m;
     const step_t *s = a->s;
-    const int64_t units = s->n * m->kv_heads, G = m->heads / m->kv_heads, D = m->head_dim;
-    const int64_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
+    const int64_t G = m->heads / m->kv_heads, D = m->head_dim;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t b = u / m->kv_heads, g = u % m->kv_heads, L = s->ctx_lens[b];
         float stack[4096];
@@ -86,7 +87,7 @@ static void attend_part(void *arg, int part, int parts) {
                                    s->tables + b * s->max_blocks, (int32_t)s->max_blocks, s->ctx_lens + b, 1,
                                    (int32_t)G, 1, (int32_t)D, (int32_t)s->block_size, m->scale, scores);
         if (scores != stack) free(scores);
-        if (rc != 0) a->rc = rc;
+        if (rc != 0) atomic_store(&a->rc, rc);
     }
 }
 
@@ -109,13 +110,8 @@ int32_t decode_layers(const model_t *m, const step_t *s, float *x) {
                 s->sin, s->positions, s->k_pages[i], s->v_pages[i], s->block_stride, s->token_stride,
                 s->slot_blocks, s->slot_offsets);
         attend_t a = {m, s, s->qkv, qkv_dim, s->k_pages[i], s->v_pages[i], 0};
-        const int64_t units = n * m->kv_heads;
-        const int64_t parts = s->threads < units ? s->threads : units;
-        if (parts > 1)
-            m->parallel(attend_part, &a, (int32_t)parts);
-        else
-            attend_part(&a, 0, 1);
-        if ((rc = a.rc)) return rc;
+        m->parallel(attend_units, &a, n * m->kv_heads, 1, (int32_t)s->threads);
+        if ((rc = atomic_load(&a.rc))) return rc;
         if ((rc = linear(&l->o, s->attn_out, q_dim, s->o_out, s))) return rc;
         m->norm(x, hidden, s->o_out, hidden, s->norm_out, hidden, l->post_norm, (int32_t)n, (int32_t)hidden, m->eps);
         if ((rc = linear(&l->gate_up, s->norm_out, hidden, s->gu, s))) return rc;

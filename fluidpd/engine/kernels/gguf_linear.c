@@ -9,7 +9,7 @@
  * accumulators per output, and the lanes are reduced at the row's end in one fixed order; the
  * scalar path follows the same order with fmaf, so both paths give bit-identical results.
  * Each weight block is unpacked once and applied to a tile of up to TILE activation rows.
- * Output rows are split across a persistent pool of threads (the caller's thread is part 0):
+ * Output rows are claimed in chunks by a persistent pool of threads (the caller's included):
  * workers spin briefly on a generation counter, then sleep on a futex.
  */
 /* rounding is spelled out (fmaf where fused): no compiler contraction of a * b + c */
@@ -437,23 +437,33 @@ static void rows_q8_avx2(int32_t type, const uint8_t *w, int64_t r0, int64_t r1,
 }
 #endif
 
-/* ---- the thread pool ---- */
+/* ---- the thread pool ----
+ * A job is `total` items cut into chunks; the caller and the workers claim chunks from one counter until
+ * none is left, so a thread that loses its core (another process on a busy host) leaves its share to the
+ * others instead of holding the step up. Every item is computed whole by one thread: the split never
+ * changes a result. The caller returns once the job is closed and no worker is inside it; a worker that
+ * wakes later sees it closed (checked after it announced itself: the job's memory is the caller's). */
+
+typedef void (*task_fn)(void *arg, int64_t i0, int64_t i1);
 
 typedef struct {
-    void (*fn)(void *arg, int part, int parts);
+    task_fn fn;
     void *arg;
-    int parts;
+    int64_t total, chunk;
+    int parts; /* threads that may take part (the caller's included) */
 } job_t;
 
 static struct {
     pthread_mutex_t lock; /* one caller at a time; a second caller runs alone instead of waiting */
     int workers;
     job_t job;
-    _Atomic uint32_t gen;
-    _Atomic int pending;
+    _Atomic uint32_t gen;    /* bumped when a job is published */
+    _Atomic uint32_t closed; /* the last job whose chunks are all claimed */
+    _Atomic int64_t next;    /* the job's next unclaimed item */
+    _Atomic int inside;      /* workers inside the job */
     _Atomic int sleepers;
     uint32_t start_gen[MAX_THREADS];
-} pool = {PTHREAD_MUTEX_INITIALIZER, 0, {0}, 0, 0, 0, {0}};
+} pool = {PTHREAD_MUTEX_INITIALIZER, 0, {0}, 0, 0, 0, 0, 0, {0}};
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -482,6 +492,14 @@ static void gen_wake(void) {
 #endif
 }
 
+static void claim_chunks(const job_t *job) {
+    for (;;) {
+        const int64_t i0 = atomic_fetch_add(&pool.next, job->chunk);
+        if (i0 >= job->total) return;
+        job->fn(job->arg, i0, i0 + job->chunk < job->total ? i0 + job->chunk : job->total);
+    }
+}
+
 static void *worker_main(void *arg) {
     const int part = (int)(intptr_t)arg;
     uint32_t seen = pool.start_gen[part]; /* the call that started us may have bumped gen already */
@@ -496,12 +514,13 @@ static void *worker_main(void *arg) {
                 atomic_fetch_sub(&pool.sleepers, 1);
             }
         }
-        seen = atomic_load_explicit(&pool.gen, memory_order_acquire);
-        const job_t job = pool.job;
-        if (part < job.parts) {
-            job.fn(job.arg, part, job.parts);
-            atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
+        seen = atomic_load(&pool.gen);
+        atomic_fetch_add(&pool.inside, 1);
+        if (atomic_load(&pool.closed) != seen) { /* still open: its job is the one published at `seen` */
+            const job_t job = pool.job;
+            if (part < job.parts) claim_chunks(&job);
         }
+        atomic_fetch_sub(&pool.inside, 1);
     }
     return NULL;
 }
@@ -509,15 +528,16 @@ static void *worker_main(void *arg) {
 static void pool_after_fork(void) { /* the child has no workers: start over */
     pthread_mutex_init(&pool.lock, NULL);
     pool.workers = 0;
-    atomic_store(&pool.pending, 0);
+    atomic_store(&pool.inside, 0);
     atomic_store(&pool.sleepers, 0);
 }
 
-/* runs fn(arg, p, parts) for p < parts, part 0 on the calling thread */
-static void run_parts(void (*fn)(void *, int, int), void *arg, int parts) {
+/* fn(arg, i0, i1) over [0, total) in chunks, on up to `parts` threads (the caller's included) */
+static void run_tasks(task_fn fn, void *arg, int64_t total, int64_t chunk, int parts) {
     if (parts > MAX_THREADS) parts = MAX_THREADS;
-    if (parts <= 1 || pthread_mutex_trylock(&pool.lock) != 0) {
-        for (int p = 0; p < (parts < 1 ? 1 : parts); p++) fn(arg, p, parts < 1 ? 1 : parts);
+    if (total <= 0) return;
+    if (parts <= 1 || total <= chunk || pthread_mutex_trylock(&pool.lock) != 0) {
+        fn(arg, 0, total);
         return;
     }
     static int atfork = 0;
@@ -538,24 +558,34 @@ static void run_parts(void (*fn)(void *, int, int), void *arg, int parts) {
         pthread_attr_destroy(&attr);
         pool.workers++;
     }
-    const int threaded = parts - 1 < pool.workers ? parts : pool.workers + 1;
-    pool.job = (job_t){fn, arg, threaded};
-    atomic_store(&pool.pending, threaded - 1);
-    atomic_fetch_add(&pool.gen, 1);
+    pool.job = (job_t){fn, arg, total, chunk, parts - 1 < pool.workers ? parts : pool.workers + 1};
+    atomic_store(&pool.next, 0);
+    const uint32_t gen = atomic_fetch_add(&pool.gen, 1) + 1;
     if (atomic_load(&pool.sleepers) > 0) gen_wake();
-    fn(arg, 0, threaded);
+    claim_chunks(&pool.job);
+    atomic_store(&pool.closed, gen);
     const int64_t t0 = now_ns();
-    for (int spins = 0; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; spins++) {
+    for (int spins = 0; atomic_load(&pool.inside) > 0; spins++) {
         cpu_relax();
         if (spins > 1024 && now_ns() - t0 > SPIN_NS / 4) sched_yield(); /* a worker lost its core */
     }
     pthread_mutex_unlock(&pool.lock);
 }
 
+/* the chunk of `total` rows for `parts` threads: two per thread (one each gave the same speed on a quiet
+   host and less slack on a busy one; eight, interleaved, lost 5%), even (AVX-512 rows pair up), >= 16 */
+static int64_t chunk_of(int64_t total, int parts) {
+    const int64_t per = 2 * (int64_t)(parts < 1 ? 1 : parts), c = (total + per - 1) / per;
+    return (c < 16 ? 16 : c + (c & 1));
+}
+
 /* ---- entry points ---- */
 
-/* fn(arg, part, parts) for every part < parts on the pool, part 0 on the caller (decode_step.c's attention) */
-void gguf_parallel(void (*fn)(void *, int, int), void *arg, int32_t parts) { run_parts(fn, arg, parts); }
+/* fn(arg, i0, i1) over [0, total) in chunks of `chunk` on up to `parts` threads of the pool, the caller's
+   included (decode_step.c's attention) */
+void gguf_parallel(task_fn fn, void *arg, int64_t total, int64_t chunk, int32_t parts) {
+    run_tasks(fn, arg, total, chunk < 1 ? 1 : chunk, parts);
+}
 
 typedef struct {
     int32_t type;
@@ -563,48 +593,34 @@ typedef struct {
     int64_t rows, nb;
     const float *x;
     int64_t ldx, n;
+    const float *sx; /* Q4_1: the activation rows' block sums */
     float *y;
 } linear_t;
 
-static void range_of(int64_t total, int part, int parts, int64_t *r0, int64_t *r1) {
-    const int64_t per = ((total + parts - 1) / parts + 1) & ~(int64_t)1; /* even: rows pair up */
-    *r0 = per * part < total ? per * part : total;
-    *r1 = *r0 + per < total ? *r0 + per : total;
-}
-
-static void linear_part(void *arg, int part, int parts) {
+static void linear_rows(void *arg, int64_t r0, int64_t r1) {
     const linear_t *a = arg;
-    int64_t r0, r1;
-    range_of(a->rows, part, parts, &r0, &r1);
-    if (r0 >= r1) return;
-    const int64_t need = a->type == TYPE_Q4_1 ? a->n * a->nb : 1;
-    float stack[4096];
-    float *sx = need <= 4096 ? stack : malloc((size_t)need * sizeof(float));
-    if (sx == NULL) abort();
-    if (a->type == TYPE_Q4_1) block_sums(a->x, a->ldx, a->n, a->nb, sx);
 #if HAVE_AVX512
     /* Q8_0 stays on AVX2: the row pairs of its 34-byte blocks ran 3.5x slower than AVX2 on the
      * 30 MB lm_head (AMD EPYC, one thread), and at most 15% faster on shapes that fit in cache */
     if (isa >= 2 && a->type == TYPE_Q4_1) {
-        rows_avx512(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, sx, a->y, a->rows);
+        rows_avx512(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, a->sx, a->y, a->rows);
     } else
 #endif
 #if HAVE_AVX2
     if (isa >= 1) {
-        rows_avx2(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, sx, a->y, a->rows);
+        rows_avx2(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, a->sx, a->y, a->rows);
     } else
 #endif
     {
-        rows_scalar(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, sx, a->y, a->rows);
+        rows_scalar(a->type, a->w, r0, r1, a->nb, a->x, a->ldx, a->n, a->sx, a->y, a->rows);
     }
-    if (sx != stack) free(sx);
 }
 
 static int linear_args_ok(int32_t type, int64_t rows, int64_t cols, int64_t ldx, int64_t n) {
     return block_bytes(type) != 0 && cols % QK == 0 && rows >= 1 && n >= 0 && ldx >= cols;
 }
 
-/* how many parts to split `rows` output rows into: under ~64 rows a part costs less than waking a thread */
+/* how many threads share `rows` output rows: under ~64 rows each a thread costs more than it saves */
 static int row_parts(int64_t rows, int32_t threads) {
     int parts = threads < 1 ? 1 : threads;
     if (rows / parts < 64) parts = rows / 64 > 1 ? (int)(rows / 64) : 1;
@@ -616,8 +632,15 @@ int32_t gguf_linear(int32_t type, const uint8_t *w, int64_t rows, int64_t cols, 
                     int64_t n, float *y, int32_t threads) {
     if (!linear_args_ok(type, rows, cols, ldx, n)) return -1;
     if (n == 0) return 0;
-    linear_t a = {type, w, rows, cols / QK, x, ldx, n, y};
-    run_parts(linear_part, &a, row_parts(rows, threads));
+    const int64_t nb = cols / QK, need = type == TYPE_Q4_1 ? n * nb : 1;
+    float stack[4096];
+    float *sx = need <= 4096 ? stack : malloc((size_t)need * sizeof(float));
+    if (sx == NULL) abort();
+    if (type == TYPE_Q4_1) block_sums(x, ldx, n, nb, sx);
+    linear_t a = {type, w, rows, nb, x, ldx, n, sx, y};
+    const int parts = row_parts(rows, threads);
+    run_tasks(linear_rows, &a, rows, chunk_of(rows, parts), parts);
+    if (sx != stack) free(sx);
     return 0;
 }
 
@@ -630,11 +653,8 @@ typedef struct {
     float *y;
 } linear_q8_t;
 
-static void linear_q8_part(void *arg, int part, int parts) {
+static void linear_q8_rows(void *arg, int64_t r0, int64_t r1) {
     const linear_q8_t *a = arg;
-    int64_t r0, r1;
-    range_of(a->rows, part, parts, &r0, &r1);
-    if (r0 >= r1) return;
 #if HAVE_AVX2
     if (isa >= 1) {
         rows_q8_avx2(a->type, a->w, r0, r1, a->nb, a->xq, a->dx, a->sx, a->n, a->y, a->rows);
@@ -655,7 +675,8 @@ int32_t gguf_linear_q8(int32_t type, const uint8_t *w, int64_t rows, int64_t col
     float *dx = (float *)(xq + n * cols), *sx = dx + n * nb; /* n * cols is a multiple of 32: aligned */
     quantize_q8(x, ldx, n, nb, xq, dx, sx);
     linear_q8_t a = {type, w, rows, nb, n, xq, dx, sx, y};
-    run_parts(linear_q8_part, &a, row_parts(rows, threads));
+    const int parts = row_parts(rows, threads);
+    run_tasks(linear_q8_rows, &a, rows, chunk_of(rows, parts), parts);
     free(xq);
     return 0;
 }
@@ -665,15 +686,13 @@ typedef struct {
     const uint8_t *w;
     int64_t nb;
     const int64_t *ids;
-    int64_t first, count;
+    int64_t first;
     float *out;
 } dequant_t;
 
-static void dequant_part(void *arg, int part, int parts) {
+static void dequant_rows(void *arg, int64_t r0, int64_t r1) {
     const dequant_t *a = arg;
     const int64_t bb = block_bytes(a->type);
-    int64_t r0, r1;
-    range_of(a->count, part, parts, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
         const int64_t r = a->ids ? a->ids[i] : a->first + i;
         const uint8_t *wr = a->w + r * a->nb * bb;
@@ -700,10 +719,10 @@ static void dequant_part(void *arg, int part, int parts) {
 int32_t gguf_dequantize(int32_t type, const uint8_t *w, int64_t cols, const int64_t *ids, int64_t first,
                         int64_t count, float *out, int32_t threads) {
     if (block_bytes(type) == 0 || cols % QK != 0 || count < 0) return -1;
-    dequant_t a = {type, w, cols / QK, ids, first, count, out};
+    dequant_t a = {type, w, cols / QK, ids, first, out};
     int parts = threads < 1 ? 1 : threads;
     if (count / parts < 16) parts = count / 16 > 1 ? (int)(count / 16) : 1;
-    run_parts(dequant_part, &a, parts);
+    run_tasks(dequant_rows, &a, count, chunk_of(count, parts), parts);
     return 0;
 }
 
