@@ -69,7 +69,8 @@ class WorkerView(Protocol):
 
     def sync_decoding(self) -> None: ...  # bring the decoding requests' token counts up to date first
 
-    def cached_tokens(self, req: Request) -> int: ...  # leading tokens of req whose KV is cached here
+    # leading tokens of req whose KV is cached here (blocks: cached_blocks(req), when the caller matched it)
+    def cached_tokens(self, req: Request, blocks: tuple[int, int] | None = None) -> int: ...
 
     def cached_blocks(self, req: Request) -> tuple[int, int]: ...  # (device, host tier) blocks of them
 

@@ -172,12 +172,12 @@ class WorkerState(DecodeBatch):
         self.cache.evict(self.kv_blocks_used + self.cache.evictable - self.kv_blocks_total)
 
     # --- prefix cache -----------------------------------------------------------------
-    def cached_tokens(self, req: Request) -> int:
+    def cached_tokens(self, req: Request, blocks: tuple[int, int] | None = None) -> int:
         """Leading tokens of `req` whose KV is cached here, in device memory and then in the host
         tier: full blocks, at most all but its last token to prefill (that one is always computed;
         a block-aligned prompt cached whole in device memory copies its last block and computes
-        only that token, as the engine does)."""
-        device, host = self.cached_blocks(req)
+        only that token, as the engine does). `blocks`: `cached_blocks(req)` when the caller has it."""
+        device, host = self.cached_blocks(req) if blocks is None else blocks
         return (device + host) * self.block_size + self._whole_tail(req, device, host)
 
     def _whole_tail(self, req: Request, device: int, host: int) -> int:

@@ -58,7 +58,7 @@ class KvAffinity:
         tier's blocks count only where loading them beats recomputing them."""
         device, host = w.cached_blocks(req)
         if not host:
-            return w.cached_tokens(req), 0.0
+            return w.cached_tokens(req, (device, host)), 0.0  # the prefix matched once
         tokens = host * w.block_size
         load_s = tokens * self.load_s_per_token
         if load_s >= self.prefill_work(tokens):
