@@ -104,6 +104,26 @@ def test_threads_split_rows_without_changing_a_bit():
         torch.set_num_threads(threads)
 
 
+def test_the_pool_survives_back_to_back_calls_of_every_size():
+    """Thousands of calls in a row, big and small, Q4_1 and Q8_0, linear and q8 and dequantise, on more threads
+    than cores: workers join late or not at all (chunks claimed from one counter), and every result still
+    equals the one-thread one."""
+    shapes = [("Q4_1", 1000, 1, False), ("Q8_0", 130, 3, False), ("Q4_1", 64, 2, True), ("Q8_0", 2000, 8, True)]
+    cases = [(gl.GgufLinear(_weight(k, r, 96, seed=r)[0], act8=a8), torch.randn(n, 96)) for k, r, n, a8 in shapes]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        want = [lin(x) for lin, x in cases] + [cases[0][0].rows(torch.arange(0, 1000, 7))]
+        torch.set_num_threads(3)
+        for i in range(2000):
+            lin, x = cases[i % 4]
+            assert torch.equal(lin(x), want[i % 4])
+            if i % 50 == 0:
+                assert torch.equal(cases[0][0].rows(torch.arange(0, 1000, 7)), want[4])
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_the_isa_env_var_forces_a_path():
     code = "import fluidpd.engine.gguf_linear as g; print(g.ISAS[g.kernel().isa])"
     env = {**os.environ, gl.ISA_ENV: "scalar"}

@@ -516,7 +516,11 @@ static void *worker_main(void *arg) {
         }
         seen = atomic_load(&pool.gen);
         atomic_fetch_add(&pool.inside, 1);
-        if (atomic_load(&pool.closed) != seen) { /* still open: its job is the one published at `seen` */
+        /* closed first, then gen: a job still open after we announced ourselves makes its caller wait for
+           us, so its memory and pool.job stay as published; a later job (gen moved on) is left to the next
+           turn of the loop */
+        const uint32_t closed = atomic_load(&pool.closed);
+        if (closed != seen && atomic_load(&pool.gen) == seen) {
             const job_t job = pool.job;
             if (part < job.parts) claim_chunks(&job);
         }
