@@ -165,7 +165,7 @@ def main() -> None:
         retried = sum(x["drops"].retried for x in results[n])
         lost = sum(x["drops"].lost for x in results[n])
         print(f"{n:10} {m['single']:12.1f} {m['ttft']:12.3f} {m['ttft_warm']:12.3f} {m['conc']:13.1f} "
-              f"{m['rss']:7.2f}  {results[n][-1]['tokens']!s:12}  {retried}/{lost}")  # fmt: skip
+              f"{m['rss']:7.3f}  {results[n][-1]['tokens']!s:12}  {retried}/{lost}")  # fmt: skip
         for err in sorted({e for x in results[n] for e in x["drops"].errors}):
             print(f"  {n} dropped or refused: {err}")
     plot(med, args.plot)
