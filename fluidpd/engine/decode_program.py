@@ -68,17 +68,16 @@ class DecodeProgram:
         self.run = lib.decode_layers
         self.run.restype, self.run.argtypes = ctypes.c_int32, [ctypes.POINTER(_Model), ctypes.POINTER(_Step), _p]
         self.ops, self.paged = ops, paged
-        self.linears = [[layer.qkv, layer.o, layer.gate_up, layer.down] for layer in model.layers]
-        self.rows_limit = min(lin.mm_from_rows or 1 << 30 for lins in self.linears for lin in lins)  # type: ignore
-        k = self.linears[0][0].k  # type: ignore
+        lins: list[GgufLinear] = [lin for layer in model.layers for lin in layer.linears]  # type: ignore[misc]
+        self.rows_limit = min(lin.mm_from_rows or 1 << 30 for lin in lins)
         self.layers = (_Layer * cfg.num_layers)(
             *[
-                _Layer(layer.input_norm.data_ptr(), layer.post_norm.data_ptr(), *[_lin(lin) for lin in lins])
-                for layer, lins in zip(model.layers, self.linears)
+                _Layer(layer.input_norm.data_ptr(), layer.post_norm.data_ptr(), *[_lin(lin) for lin in layer.linears])
+                for layer in model.layers
             ]
         )
         self.model = _Model(
-            _addr(ops.lib.add_rms_norm), _addr(ops.lib.silu_mul), _addr(k.parallel),
+            _addr(ops.lib.add_rms_norm), _addr(ops.lib.silu_mul), _addr(lins[0].k.parallel),
             cfg.num_layers, cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
             cfg.rms_norm_eps, paged.scale, self.layers,
         )  # fmt: skip
@@ -90,7 +89,7 @@ class DecodeProgram:
         """The program for `model`, or None where a piece of its layer is not a C kernel."""
         if not isinstance(model.ops, FusedLayerOps) or model.paged is None:
             return None
-        lins = [lin for layer in model.layers for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        lins = [lin for layer in model.layers for lin in layer.linears]
         if not all(isinstance(lin, GgufLinear) and lin.bias is None for lin in lins):
             return None
         try:
@@ -116,9 +115,7 @@ class DecodeProgram:
         """x [n, hidden] (the embedded tokens, contiguous float32) becomes the residual stream after every layer."""
         n, rows = x.shape[0], meta.paged
         assert rows is not None and x.is_contiguous() and x.dtype == torch.float32
-        kc, t = arena.k_layers[0], rows.tables
-        if kc.dtype not in self.paged.fns or kc.stride(3) != 1 or kc.stride(2) != self.ops.d:
-            raise ValueError(f"KV pages must be float32 or float16 with contiguous heads, not {kc.dtype}")
+        kc, t = arena.k_layers[0], rows.tables  # their dtype and layout checked by the step's ops.begin
         qkv, a, o, gu = self.widths
         scratch = torch.empty(n * (qkv + a + o + gu + self.hidden))
         parts, at = [], 0

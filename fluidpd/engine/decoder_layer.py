@@ -45,13 +45,17 @@ class DecoderLayer:
         self.paged = paged
         self.ops: LayerOps = ops or TorchLayerOps(self.h, self.kv, self.d)
 
+    @property
+    def linears(self) -> tuple[Linear, Linear, Linear, Linear]:
+        """q|k|v, o, gate|up and down, in the order a forward runs them."""
+        return self.qkv, self.o, self.gate_up, self.down
+
     def nbytes(self) -> int:
-        linears = sum(lin.nbytes for lin in (self.qkv, self.o, self.gate_up, self.down))
-        return tensor_bytes(self.input_norm, self.post_norm) + linears
+        return tensor_bytes(self.input_norm, self.post_norm) + sum(lin.nbytes for lin in self.linears)
 
     def to(self, device: torch.device) -> None:
         self.input_norm, self.post_norm = self.input_norm.to(device), self.post_norm.to(device)
-        for lin in (self.qkv, self.o, self.gate_up, self.down):
+        for lin in self.linears:
             lin.to(device)
 
     def forward(
