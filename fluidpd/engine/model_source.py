@@ -143,9 +143,9 @@ def load_tokenizer(config: EngineConfig) -> Tokenizer | None:
         return Tokenizer.load(smollm2_gguf() if config.tokenizer == "smollm2" else config.tokenizer)
     path, fmt = resolve_model(config.model, config.load_format)
     if fmt == "gguf":  # as the GGUF loader: the metadata's tokenizer, if it has one
-        import gguf
+        from fluidpd.engine.gguf_file import GGUFFile
 
-        reader: Any = gguf.GGUFReader(path)
+        reader = GGUFFile(path)
         return Tokenizer.from_gguf(path, reader=reader) if "tokenizer.ggml.tokens" in reader.fields else None
     if fmt == "dummy" and path in DUMMY_PRESETS:
         return None

@@ -6,10 +6,13 @@ import json
 import os
 import re
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
+
+if TYPE_CHECKING:
+    from fluidpd.engine.gguf_file import GGUFFile
 
 # GGUF tokenizer.ggml.pre -> the pre-tokenizer regex of the original tokenizer.json
 LLAMA3_SPLIT = (
@@ -53,13 +56,12 @@ class Tokenizer:
         return cls.from_pretrained_dir(source)
 
     @classmethod
-    def from_gguf(cls, path: str, reader: Any = None) -> Tokenizer:
-        import gguf
+    def from_gguf(cls, path: str, reader: GGUFFile | None = None) -> Tokenizer:
+        from fluidpd.engine.gguf_file import GGUFFile
 
         if reader is None and not os.path.isfile(path):
             raise FileNotFoundError(f"GGUF file not found: {path!r}")
-        r = reader if reader is not None else gguf.GGUFReader(path)
-        get = lambda k, d=None: r.fields[k].contents() if k in r.fields else d
+        get = (reader if reader is not None else GGUFFile(path)).fields.get
         kind = get("tokenizer.ggml.model")
         tokens = get("tokenizer.ggml.tokens")
         if not tokens:

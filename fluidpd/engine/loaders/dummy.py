@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from fluidpd.engine.gguf_file import GGUFFile
 from fluidpd.engine.loaders.checkpoint import LOADERS, Checkpoint
 from fluidpd.engine.loaders.gguf import gguf_model_config
 from fluidpd.engine.model_config import ModelConfig, read_hf_config
@@ -21,9 +22,7 @@ def dummy_config(model: str, overrides: dict[str, Any]) -> tuple[ModelConfig, st
     if model in DUMMY_PRESETS:
         hf = dict(DUMMY_PRESETS[model])
     elif model.endswith(".gguf"):
-        import gguf
-
-        hf = gguf_model_config(gguf.GGUFReader(model)).to_hf()
+        hf = gguf_model_config(GGUFFile(model)).to_hf()
         tok = model
     else:
         hf = read_hf_config(model)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fluidpd.engine.gguf_file import GGUFFile
 from fluidpd.engine.loaders.checkpoint import LOADERS, Checkpoint
 from fluidpd.engine.model_config import ARCHITECTURES, ModelConfig
 from fluidpd.engine.quantized import BLOCK_BYTES, QuantizedTensor
@@ -40,12 +41,11 @@ def gguf_to_hf_name(name: str) -> str | None:
     return None
 
 
-def gguf_field(reader, key: str, default: Any = None) -> Any:
-    f = reader.fields.get(key)
-    return default if f is None else f.contents()
+def gguf_field(reader: GGUFFile, key: str, default: Any = None) -> Any:
+    return reader.fields.get(key, default)
 
 
-def gguf_model_config(reader) -> ModelConfig:
+def gguf_model_config(reader: GGUFFile) -> ModelConfig:
     arch = gguf_field(reader, "general.architecture")
     if arch not in ARCHITECTURES:
         raise ValueError(
@@ -57,7 +57,7 @@ def gguf_model_config(reader) -> ModelConfig:
     if isinstance(kv_heads, list):
         raise ValueError("GGUF with per-layer head_count_kv is not supported")
     tokens = reader.fields.get("tokenizer.ggml.tokens")
-    vocab = g("vocab_size") or (len(tokens.data) if tokens is not None else None)
+    vocab = g("vocab_size") or (len(tokens) if tokens is not None else None)
     if vocab is None:
         vocab = next(t for t in reader.tensors if t.name == "token_embd.weight").shape[1]
     scaling = None
@@ -127,9 +127,7 @@ def load_gguf(
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"GGUF file not found: {path!r}")
-    import gguf
-
-    reader = gguf.GGUFReader(path)
+    reader = GGUFFile(path)
     cfg = gguf_model_config(reader)
     permuted = gguf_field(reader, "general.architecture") in ("llama", "mistral")
     tensors: dict[str, torch.Tensor | QuantizedTensor] = {}
