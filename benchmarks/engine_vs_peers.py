@@ -4,8 +4,10 @@ Over HTTP: single-stream decode tok/s (one streamed completion of a 128-token pr
 (tokens - 1) over the time from the first token to the last), TTFT of that prompt cold (a prompt no
 server has seen: every request of every round starts differently, so neither prefix cache hits) and
 warm (the same prompt again), output tok/s of 8 concurrent streams (128 in, 32 out each), and the
-resident memory (VmRSS summed over the process tree) of each server this script started. Rounds
-interleave the servers; medians of `--rounds`. Without `--url` it starts `fluidpd serve --workers 1`;
+resident memory (VmRSS summed over the process tree) of each server this script started, after each
+round and once more at the end, after 72 more unseen 128-token prompts (9,216 tokens: every block of an
+8,192-token KV cache used: neither server's untouched KV pages are resident). Rounds interleave the servers;
+medians of `--rounds`. Without `--url` it starts `fluidpd serve --workers 1`;
 `--peer llama.cpp` starts llama.cpp's server (built by scripts/install_llama_cpp.sh) on the same GGUF
 with `-t <cores> -np 8 -c 8192 --cont-batching`; `--peer-url` measures a peer already running.
 Connections are never kept alive and a dropped request is retried once (dropped twice or refused:
@@ -36,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from engine_common import progress
 
-from fluidpd.bench.peers.client import RoundShape, measure
+from fluidpd.bench.peers.client import RoundShape, fill, measure
 from fluidpd.bench.peers.llamacpp import llama_server_binary, llama_server_cmd
 from fluidpd.bench.peers.process import SERVE, ServerProcess, free_port
 from fluidpd.bench.peers.proctree import tree_rss_bytes
@@ -46,6 +48,7 @@ from fluidpd.engine.tokenizer import Tokenizer
 PROMPT_TOKENS = 128
 SHAPE = RoundShape(single_out=64, concurrency=8, conc_out=32)
 METRICS = ("single", "ttft", "ttft_warm", "conc", "rss")
+FILL_PROMPTS = 72  # x PROMPT_TOKENS = 9,216 > the 8,192 tokens of KV both servers hold
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "serving", "engineers",
          "measure", "tokens", "per", "second"]  # fmt: skip
 LOGS = Path(tempfile.gettempdir())
@@ -103,7 +106,8 @@ def plot(med: dict[str, dict[str, float]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     panels = [("single", "single-stream tok/s"), ("ttft", "TTFT cold (s)"), ("ttft_warm", "TTFT warm (s)"),
-              ("conc", f"conc-{SHAPE.concurrency} out tok/s"), ("rss", "RSS of tree (GB)")]  # fmt: skip
+              ("conc", f"conc-{SHAPE.concurrency} out tok/s"), ("rss", "RSS of tree (GB)"),
+              ("rss_full", "RSS, KV cycled (GB)")]  # fmt: skip
     fig, axes = plt.subplots(1, len(panels), figsize=(3 * len(panels), 3))
     names = list(med)
     for ax, (key, title) in zip(axes, panels):
@@ -158,14 +162,21 @@ def main() -> None:
                 res = asyncio.run(measure(url, prompt_text, f"{run}/{name}/{r}", SHAPE))
                 res["rss"] = tree_rss_bytes(procs[name].pid) / 1e9 if name in procs else math.nan
                 results[name].append(res)
-    med = {n: {k: _median([x[k] for x in rs]) for k in METRICS} for n, rs in results.items()}
+        full = {}
+        for name, url in progress(servers.items(), "cycling KV"):
+            fill_drops = asyncio.run(fill(url, prompt_text, f"{run}/{name}", FILL_PROMPTS))
+            full[name] = tree_rss_bytes(procs[name].pid) / 1e9 if name in procs else math.nan
+            if fill_drops.lost:
+                print(f"  {name}: {fill_drops.lost} of the KV-cycling requests lost: {fill_drops.errors[-1]}")
+    med = {n: {k: _median([x[k] for x in rs]) for k in METRICS} | {"rss_full": full[n]} for n, rs in results.items()}
     print(f"{'server':10} {'single tok/s':>12} {'TTFT cold s':>12} {'TTFT warm s':>12} "
-          f"{f'conc-{SHAPE.concurrency} tok/s':>13} {'RSS GB':>7}  tokens/round  retried/lost requests")  # fmt: skip
+          f"{f'conc-{SHAPE.concurrency} tok/s':>13} {'RSS GB':>7} {'full KV':>7}  "
+          "tokens/round  retried/lost requests")  # fmt: skip
     for n, m in med.items():
         retried = sum(x["drops"].retried for x in results[n])
         lost = sum(x["drops"].lost for x in results[n])
         print(f"{n:10} {m['single']:12.1f} {m['ttft']:12.3f} {m['ttft_warm']:12.3f} {m['conc']:13.1f} "
-              f"{m['rss']:7.3f}  {results[n][-1]['tokens']!s:12}  {retried}/{lost}")  # fmt: skip
+              f"{m['rss']:7.3f} {m['rss_full']:7.3f}  {results[n][-1]['tokens']!s:12}  {retried}/{lost}")  # fmt: skip
         for err in sorted({e for x in results[n] for e in x["drops"].errors}):
             print(f"  {n} dropped or refused: {err}")
     plot(med, args.plot)
@@ -178,7 +189,8 @@ def main() -> None:
         f"engine_vs_peers: fluidpd / {peer_name} (medians of {args.rounds} rounds): single-stream "
         f"{_ratio(ours['single'], other['single'])}, TTFT cold {_ratio(ours['ttft'], other['ttft'])}, "
         f"TTFT warm {_ratio(ours['ttft_warm'], other['ttft_warm'])}, concurrency-{SHAPE.concurrency} "
-        f"{_ratio(ours['conc'], other['conc'])}, RSS {_ratio(ours['rss'], other['rss'])}"
+        f"{_ratio(ours['conc'], other['conc'])}, RSS {_ratio(ours['rss'], other['rss'])} "
+        f"({ours['rss']:.3f} vs {other['rss']:.3f} GB; KV cycled {ours['rss_full']:.3f} vs {other['rss_full']:.3f})"
     )
 
 

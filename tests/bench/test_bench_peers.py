@@ -10,11 +10,11 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
-from fluidpd.bench.peers.client import RoundShape, measure
+from fluidpd.bench.peers.client import RoundShape, fill, measure
 from fluidpd.bench.peers.llamacpp import cache_dir, llama_server_binary
 from fluidpd.bench.peers.proctree import tree_pids, tree_rss_bytes
 from fluidpd.core.memory import rss_bytes
@@ -32,6 +32,7 @@ class FakeServer:
     refuse_posts: int = 0
     connections: int = 0
     requests: int = 0
+    posts: list = field(default_factory=list)  # (prompt, max_tokens) of each POST answered
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -53,6 +54,7 @@ class FakeServer:
                 elif path == "/v1/models":
                     await self.send_json(writer, {"data": [{"id": "fake"}]})
                 else:
+                    self.posts.append((body["prompt"], body["max_tokens"]))
                     await self.send_stream(writer, body["max_tokens"])
                 if self.close_after_response:
                     return  # no `Connection: close` header: the client learns of it only on its next use
@@ -81,17 +83,29 @@ class FakeServer:
         await writer.drain()
 
 
-def run_round(fake: FakeServer) -> dict:
-    async def scenario() -> dict:
+def serve(fake: FakeServer, client):
+    async def scenario():
         server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         try:
-            return await measure(f"http://127.0.0.1:{port}", lambda name: f"prompt {name}", "round0", SHAPE)
+            return await client(f"http://127.0.0.1:{port}")
         finally:
             server.close()
             await server.wait_closed()
 
     return asyncio.run(scenario())
+
+
+def run_round(fake: FakeServer) -> dict:
+    return serve(fake, lambda url: measure(url, lambda name: f"prompt {name}", "round0", SHAPE))
+
+
+def test_cycling_the_kv_sends_each_unseen_prompt_once_for_one_token():
+    fake = FakeServer(drop_posts=1)
+    drops = serve(fake, lambda url: fill(url, lambda name: f"prompt {name}", "run", requests=10, concurrency=3))
+    assert drops.retried == 1 and drops.lost == 0
+    assert sorted(p for p, _ in fake.posts) == sorted(f"prompt run/fill{i}" for i in range(10))
+    assert {n for _, n in fake.posts} == {1}
 
 
 def test_a_connection_per_request_even_when_the_server_keeps_them_alive():

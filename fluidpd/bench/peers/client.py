@@ -116,3 +116,18 @@ async def measure(url: str, prompt: Callable[[str], str], key: str, shape: Round
     return {"single": one["decode"] if one else NAN, "ttft": one["ttft"] if one else NAN,
             "ttft_warm": again["ttft"] if again else NAN, "conc": conc,
             "tokens": (one["tokens"] if one else 0, sum(r["tokens"] for r in done)), "drops": drops}  # fmt: skip
+
+
+async def fill(url: str, prompt: Callable[[str], str], key: str, requests: int, concurrency: int = 8) -> Drops:
+    """`requests` unseen prompts, one output token each, `concurrency` at a time: enough of them cycle a
+    server's whole KV cache through use, so its resident memory afterwards is what it holds for good."""
+    drops, names = Drops(), iter(range(requests))
+    async with new_client(url) as client:
+        model = await model_id(client, drops)
+
+        async def lane() -> None:
+            for i in names:
+                await stream(client, model, prompt(f"{key}/fill{i}"), 1, drops)
+
+        await asyncio.gather(*(lane() for _ in range(concurrency)))
+    return drops
