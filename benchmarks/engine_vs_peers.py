@@ -90,6 +90,11 @@ def llamacpp_server(threads: int) -> ServerProcess:
     return ServerProcess("llama.cpp server", cmd, f"http://127.0.0.1:{port}", LOGS / "llamacpp-engine-vs-peers.log")
 
 
+def rss_gb(procs: dict[str, ServerProcess], name: str) -> float:
+    """VmRSS of the process tree of a server this script started (NaN for one it did not)."""
+    return tree_rss_bytes(procs[name].pid) / 1e9 if name in procs else math.nan
+
+
 def _median(xs: list[float]) -> float:
     ok = [x for x in xs if not math.isnan(x)]
     return statistics.median(ok) if ok else math.nan
@@ -160,12 +165,12 @@ def main() -> None:
         for r in progress(range(args.rounds), "rounds"):
             for name, url in servers.items():  # interleaved: noise hits both alike
                 res = asyncio.run(measure(url, prompt_text, f"{run}/{name}/{r}", SHAPE))
-                res["rss"] = tree_rss_bytes(procs[name].pid) / 1e9 if name in procs else math.nan
+                res["rss"] = rss_gb(procs, name)
                 results[name].append(res)
-        full = {}
-        for name, url in progress(servers.items(), "cycling KV"):
-            fill_drops = asyncio.run(fill(url, prompt_text, f"{run}/{name}", FILL_PROMPTS))
-            full[name] = tree_rss_bytes(procs[name].pid) / 1e9 if name in procs else math.nan
+        full = dict.fromkeys(servers, math.nan)
+        for name in progress([n for n in servers if n in procs], "cycling KV"):  # only where RSS is measured
+            fill_drops = asyncio.run(fill(servers[name], prompt_text, f"{run}/{name}", FILL_PROMPTS))
+            full[name] = rss_gb(procs, name)
             if fill_drops.lost:
                 print(f"  {name}: {fill_drops.lost} of the KV-cycling requests lost: {fill_drops.errors[-1]}")
     med = {n: {k: _median([x[k] for x in rs]) for k in METRICS} | {"rss_full": full[n]} for n, rs in results.items()}
