@@ -1,8 +1,9 @@
 """One Llama decoder layer over the paged KV arena: fused q|k|v and gate|up linears, RoPE and the KV write,
 attention split into prefill segments (SDPA, causal over the block table's context) and decodes (the paged
 C kernel reading K/V pages in place, or gathered decode groups). The arena may hold K/V in another dtype
-than the model's (float16 KV for a float32 model): writes round to it, reads convert to the query's dtype
-(only a prefill chunk with no earlier context attends to its K/V as computed, before rounding)."""
+than the model's (float16 KV for a float32 model): writes round to it, reads convert to the query's dtype;
+a prefill chunk with no earlier context attends to its K/V rounded alike, so a prompt's logits do not
+depend on where its chunks (or a cached prefix) begin."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ class DecoderLayer:
         s, e = seg.start, seg.end
         qs = q[s:e].transpose(0, 1).unsqueeze(0)  # [1, H, q, D]
         if seg.block_ids is None:  # no earlier context
-            ks, vs = k[s:e], v[s:e]
+            ks, vs = k[s:e].to(kc.dtype).to(q.dtype), v[s:e].to(vc.dtype).to(q.dtype)  # as the arena holds them
             mask, causal = None, True
         else:
             ks = arena.gather(kc, seg.block_ids, 0).flatten(0, 1).to(q.dtype)  # [T, KV, D]
