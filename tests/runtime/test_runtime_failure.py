@@ -16,6 +16,7 @@ from fluidpd.runtime.api import GenerationRequest
 from fluidpd.runtime.build import build_coordinator
 from fluidpd.runtime.config import RuntimeConfig
 from fluidpd.runtime.transport.shm import leftover_segments
+from fluidpd.world.links import MIGRATION
 
 pytestmark = pytest.mark.slow
 MAX_TOKENS = 24
@@ -144,23 +145,24 @@ def test_a_hung_worker_is_lost_by_its_heartbeat(setup):
     assert loss["at_s"] - at >= 5.0  # not before the heartbeat timeout
 
 
-async def kill_during_drain(c, victim) -> dict:
-    """Switch the busiest decode worker to prefill; once its drain has KV in flight (or is under
-    way for 3 s), kill -9 `victim(c, t)`; returns what the kill caught."""
+def kill_at_first_migration(c, who: str, caught: list[dict]) -> None:
+    """Switch the busiest decode worker to prefill; the moment its drain puts its first live KV in
+    flight, kill -9 it (`switching`) or the peer that KV is moving to (`migration-target`). Hooked on
+    the move itself, not polled: on a slow host a poll can miss the window."""
     wid = busiest_decode_worker(c)
+    cluster, transfer = c.cluster, c.cluster.transfer
+
+    def hooked(req, src, dst, tokens, cls, done, arg, skip_blocks=0):
+        transfer(req, src, dst, tokens, cls, done, arg, skip_blocks)
+        if caught or cls != MIGRATION or src.id != wid:
+            return
+        target = wid if who == "switching" else dst.id
+        t = cluster.policy.transition_of(wid)
+        caught.append({"phase": t.phase, "killed": target, "switching": wid, "pid": c.backends[target].pid})
+        os.kill(c.backends[target].pid, signal.SIGKILL)
+
+    cluster.transfer = hooked
     c.force_role(wid, "prefill")
-    pol = c.cluster.policy
-    for _ in range(3000):
-        t = pol.transition_of(wid)
-        if t is not None and t.phase == "drain" and c.cluster.workers[wid].transfers_out:
-            break
-        await asyncio.sleep(0.001)
-    t = pol.transitions[-1]
-    target = victim(c, wid)
-    caught = {"phase": t.phase, "in_flight": c.cluster.workers[wid].transfers_out, "killed": target, "switching": wid}
-    caught["pid"] = c.backends[target].pid
-    os.kill(c.backends[target].pid, signal.SIGKILL)
-    return caught
 
 
 @pytest.mark.parametrize("who", ["switching", "migration-target"])
@@ -169,18 +171,7 @@ def test_a_switch_and_a_failure_racing_leave_a_consistent_cluster(setup, who):
     _, _, ids, expected = setup
     coord = coordinator(setup, "fluidpd", fluid=MIGRATE_ALL)  # live KV in flight on any host
     caught: list[dict] = []
-
-    def victim(c, wid):
-        if who == "switching":
-            return wid
-        peers = [w for w in c.cluster.workers if w.role.value == "decode" and w.id != wid]
-        return max(peers, key=lambda w: (w.transfers_in, -w.id)).id
-
-    def fault(c):
-        task = asyncio.get_running_loop().create_task(kill_during_drain(c, victim))
-        task.add_done_callback(lambda f: caught.append(f.result()))
-
-    results, _, after, state = asyncio.run(run(coord, ids, fault))
+    results, _, after, state = asyncio.run(run(coord, ids, lambda c: kill_at_first_migration(c, who, caught)))
     (k,) = caught
     assert k["phase"] == "drain"
     assert [t for t, _, _ in results] == expected  # no token lost, none repeated
