@@ -20,6 +20,7 @@ class CostModel:
     attn_pair_s: float | None = None  # attention time of one query-key pair (None: from chunk_time's fit)
     kv_move_s_per_token: float = 0.0  # moving one token's KV between workers (hand-off link)
     kv_load_s_per_token: float = 0.0  # loading one token's KV from a host tier into the arena
+    compute_slots: int = 0  # steps that run at full speed at once where workers share a host's cores (0: a device each)
 
 
 def batched_prefill_time(

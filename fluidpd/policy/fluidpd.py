@@ -11,7 +11,9 @@
                                                                   -> FluidRole prefill k* -> decode
 FluidToken borrows whenever PPI > 1, not only in the spike state: with DPI high from KV use
 (overloaded) single decode workers can still have step slack and KV room, and those two checks,
-per worker, are what keep borrowing from hurting decode. A decode pool short of KV is a decode
+per worker, are what keep borrowing from hurting decode. Where workers share a host's cores
+(`CostModel.compute_slots`) it does not borrow while prefill workers with work fill every slot: a
+borrowed chunk would then only take their cores. A decode pool short of KV is a decode
 deficit however high PPI is: the prefill worker that switches decodes the KV it holds in place (the
 KV the waiting hand-offs could not place), and its KV gives FluidToken room, whose chunks ride on
 decode steps that are memory-bound anyway.
@@ -166,9 +168,15 @@ class FluidPD(RoleSwitches, StaticPD):
             )
         elif self.use_role and self.state == DECODE_DEFICIT:
             actions += self._start(view, fluidrole.choose_prefill_to_decode(view, self._can_move(view)), Role.DECODE)
-        if self.use_token and ppi > 1.0:
+        if self.use_token and ppi > 1.0 and not self.cores_prefilling(view):
             actions += self.token.borrow(view, self.late(view.now))
         return actions
+
+    def cores_prefilling(self, view: ClusterView) -> bool:
+        """Every compute slot of a host whose workers share its cores is taken by a prefill worker with
+        work: a chunk borrowed by a decode worker would slow them by as much as it computes."""
+        slots = self.costs.compute_slots
+        return slots > 0 and sum(1 for w in view.workers if w.role is Role.PREFILL and w.queue) >= slots
 
     def forecast(self, view: ClusterView) -> PrefillForecast | None:
         """The prefill side of this shape over the next horizon (`fluidpd.policy.shape`); None in the
@@ -177,7 +185,7 @@ class FluidPD(RoleSwitches, StaticPD):
         if not prefill:
             return None
         borrowing = {}
-        if self.use_token:
+        if self.use_token and not self.cores_prefilling(view):
             batch = self.config.prefill_batch_tokens or self.token.config.max_chunk
             per_worker = batch / self.prefill_work(batch)
             for w in view.workers:

@@ -9,6 +9,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from fluidpd.core.cpu import usable_cores
+from fluidpd.engine.config import device_type
 from fluidpd.policy.view import blocks_for
 from fluidpd.runtime.config import RuntimeConfig
 from fluidpd.runtime.coordinator import Coordinator
@@ -123,7 +125,16 @@ def build_coordinator(
         prefix_caching=config.enable_prefix_caching,
         kv_store=config.kv_store,
         kv_store_bytes=config.kv_store_bytes,
+        compute_slots=compute_slots(runtime, config, threads),
     )
+
+
+def compute_slots(runtime: RuntimeConfig, config, threads: int) -> int:
+    """Steps that run at full speed at once when the workers share this machine's cores: its cores
+    over each worker's threads; 0 where each worker has a device of its own or a node of Ray's."""
+    if runtime.backend == "ray" or device_type(config.device) != "cpu":
+        return 0
+    return max(1, usable_cores() // threads)
 
 
 def with_kv_store(config, runtime: RuntimeConfig, log):

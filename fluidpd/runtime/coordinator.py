@@ -57,8 +57,10 @@ class Coordinator(Admin):
         prefix_caching: bool = False,
         kv_store: str = "",
         kv_store_bytes: int = 0,
+        compute_slots: int = 0,
     ):
         self.prefix_caching = prefix_caching  # the engines cache prefixes: requests carry block hashes
+        self.compute_slots = compute_slots  # steps at full speed at once on shared cores (0: a device each)
         self.kv_store, self.kv_store_bytes = kv_store, kv_store_bytes  # the node-shared KV store ("": none)
         self.backends, self.tokenizer, self.model_name = backends, tokenizer, model_name
         self.max_model_len, self.vocab_size, self.config, self.profile = max_model_len, vocab_size, config, profile
@@ -152,7 +154,8 @@ class Coordinator(Admin):
 
     def costs(self) -> CostModel:
         p = self.profile
-        return CostModel(self.config.slo, p.prefill_time, p.chunk_time, p.decode_step_s)
+        slo, slots = self.config.slo, self.compute_slots
+        return CostModel(slo, p.prefill_time, p.chunk_time, p.decode_step_s, compute_slots=slots)
 
     def drain(self) -> None:
         """Admit nothing new (submit raises Draining); the admitted requests run on to their end."""

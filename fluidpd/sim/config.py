@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from fluidpd.core.knobs import knob
@@ -107,6 +108,13 @@ class SimConfig:
     def contended(self) -> bool:
         """Whether steps slow each other down (workers sharing a host's cores)."""
         return (self.contention_decode, self.contention_prefill) != ((1.0,), (1.0,))
+
+    def compute_slots(self) -> int:
+        """Prefill steps that run at once at full speed (within 10% of alone) on a host whose
+        workers share its cores; 0 where they do not (each has its own device)."""
+        if not self.contended:
+            return 0
+        return max(1, sum(1 for _ in itertools.takewhile(lambda f: f <= 1.1, self.contention_prefill)))
 
     def contention(self, decode_only: bool, busy: int, cross: int = 0) -> float:
         """Slowdown of a step while `busy` workers (itself included) run steps, `cross` of them

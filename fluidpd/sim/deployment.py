@@ -101,9 +101,9 @@ def simulate_deployment(
     kv = [models[g.tp, g.pp].kv_blocks(sim.block_size, scratch) // g.pp for g, _, _ in lanes]
     prefill = [g for g, _, _ in lanes if g.role is Role.PREFILL]
     first = models[prefill[0].tp, prefill[0].pp] if prefill else models[lanes[0][0].tp, lanes[0][0].pp]
-    pol = _lane_policy(policy_name, policy, fluid, slo, len(prefill), first)
-    network = Network(NetworkConfig(intra_node_bw=hw.nvlink_bw_unidir, inter_node_bw=hw.internode_bw))
     sim = first.sim_config(sim)  # a profiled host's contention, jitter and remap time
+    pol = _lane_policy(policy_name, policy, fluid, slo, len(prefill), first, sim.compute_slots())
+    network = Network(NetworkConfig(intra_node_bw=hw.nvlink_bw_unidir, inter_node_bw=hw.internode_bw))
     cluster = SimCluster(
         trace,
         pol,
@@ -125,6 +125,7 @@ def _lane_policy(
     slo: Slo,
     n_prefill: int,
     first: RooflineModel,
+    compute_slots: int = 0,
 ) -> Policy:
     """The policy over the lanes: `n_prefill` prefill workers, a prefill batch that saturates `first`."""
     cfg = policy or PolicyConfig()
@@ -138,6 +139,10 @@ def _lane_policy(
         from fluidpd.latency.fit import fit_attention_pair_time, fit_chunk_time, fit_prefill_time
 
         costs = CostModel(
-            slo, fit_prefill_time(first), fit_chunk_time(first), attn_pair_s=fit_attention_pair_time(first)
+            slo,
+            fit_prefill_time(first),
+            fit_chunk_time(first),
+            attn_pair_s=fit_attention_pair_time(first),
+            compute_slots=compute_slots,
         )
     return make_policy(policy_name, cfg, fluid, costs)

@@ -53,6 +53,7 @@ class Setup:
             attn_pair_s=fit_attention_pair_time(roofline),
             kv_move_s_per_token=self.model.kv_bytes_per_token / self.hardware.nvlink_bw_unidir,
             kv_load_s_per_token=self.model.kv_bytes_per_token / roofline.sim_config(self.sim).kv_offloading_bw,
+            compute_slots=roofline.sim_config(self.sim).compute_slots(),
         )
 
     def network(self) -> Network:

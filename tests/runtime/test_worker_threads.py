@@ -25,6 +25,18 @@ def test_default_splits_the_usable_cores_between_the_workers():
     assert RuntimeConfig(workers=4, threads=2).worker_threads == 2
 
 
+def test_the_policy_is_told_how_many_steps_the_shared_cores_run_at_once():
+    from fluidpd.engine.config import EngineConfig
+    from fluidpd.runtime.build import compute_slots
+
+    cores, cpu = usable_cores(), EngineConfig(device="cpu")
+    assert compute_slots(RuntimeConfig(workers=4), cpu, 1) == cores
+    assert compute_slots(RuntimeConfig(workers=4), cpu, cores + 1) == 1  # threads past the cores: one at a time
+    assert compute_slots(RuntimeConfig(workers=4, backend="inprocess"), cpu, 2) == max(1, cores // 2)
+    assert compute_slots(RuntimeConfig(workers=4, backend="ray"), cpu, 1) == 0  # nodes of their own
+    assert compute_slots(RuntimeConfig(workers=4), EngineConfig(device="cuda"), 1) == 0  # a device each
+
+
 def test_bad_thread_counts_are_refused():
     with pytest.raises(ValueError, match="threads"):
         RuntimeConfig(threads=-1)
