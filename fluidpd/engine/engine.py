@@ -21,17 +21,19 @@ from fluidpd.engine.arena import KVArena
 from fluidpd.engine.block_manager import BlockManager, Reservation
 from fluidpd.engine.config import EngineConfig
 from fluidpd.engine.kv_exchange import KVExchange
+from fluidpd.engine.kv_resize import KVResize
 from fluidpd.engine.kv_transfer import KVLayout
 from fluidpd.engine.loaders import Checkpoint
 from fluidpd.engine.model import LlamaModel
 from fluidpd.engine.model_loading import check_model, load_model
 from fluidpd.engine.offline import generate
-from fluidpd.engine.outputs import EngineStats, RequestOutput, ResizeResult, StepOutput, StepResult
+from fluidpd.engine.outputs import EngineStats, RequestOutput, StepOutput, StepResult
 from fluidpd.engine.plan import StepPlan, resolve
 from fluidpd.engine.prompts import Prompt, check_prompt, prompt_ids
 from fluidpd.engine.runner import ModelRunner
 from fluidpd.engine.sampling import SamplingParams, sample
 from fluidpd.engine.scheduler import Scheduler
+from fluidpd.engine.scoring import PromptScoring
 from fluidpd.engine.sequence import Sequence, SequenceStatus
 from fluidpd.engine.stopping import stop_reason
 from fluidpd.engine.store_tier import StoreTier
@@ -41,7 +43,7 @@ from fluidpd.engine.tokenizer import Tokenizer
 __all__ = ["LLMEngine", "load_model"]
 
 
-class LLMEngine(KVExchange, TierHooks):
+class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
     """Requests in, tokens out: a model over a paged KV arena, stepped by its scheduler or an external plan."""
 
     def __init__(
@@ -243,26 +245,6 @@ class LLMEngine(KVExchange, TierHooks):
             raise KeyError(f"no live request {request_id!r} in this engine")
         return seq
 
-    def prompt_logits(self, token_ids: list[int], chunk_sizes: list[int] | None = None) -> torch.Tensor:
-        """Logits [len(token_ids), vocab] at every position, computed through the paged path in
-        chunks of `chunk_sizes` (default: one chunk; a chunk of 1 takes the decode path)."""
-        chunks = list(chunk_sizes or [len(token_ids)])
-        if sum(chunks) != len(token_ids) or min(chunks) < 1:
-            raise ValueError(f"chunk sizes {chunks} do not add up to {len(token_ids)} tokens")
-        rid = self.add_request(list(token_ids), SamplingParams(max_tokens=1))
-        seq = self.seqs[rid]
-        try:
-            self._reserve_room([(seq, len(token_ids), [])])
-            out = []
-            for n in chunks:
-                ids, pos, meta, _, _ = self.runner.prepare([(seq, n)])
-                rows = torch.arange(n, device=ids.device)
-                out.append(self.model.forward(ids, pos, meta, self.arena, rows))
-                seq.num_computed += n
-            return torch.cat(out)
-        finally:
-            self._finish(seq, "abort")
-
     # ------------------------------------------------------------------ offline batch
     def generate(
         self,
@@ -277,24 +259,6 @@ class LLMEngine(KVExchange, TierHooks):
         if self.tier is not None:
             self.tier.flush()  # their blocks are in the store when this returns
         return outputs
-
-    # ------------------------------------------------------------------ FluidRole memory remap
-    def resize_kv(self, num_blocks: int) -> ResizeResult:
-        """Re-slice the arena to `num_blocks` KV blocks (the rest is scratch), in place.
-
-        Shrinking copies live blocks that fall outside into free low ids and rewrites block
-        tables; ValueError if the live blocks do not fit or the arena is too small."""
-        if not isinstance(num_blocks, int) or not 1 <= num_blocks <= self.arena.max_blocks:
-            raise ValueError(f"num_blocks must be in [1, {self.arena.max_blocks}], got {num_blocks!r}")
-        t0 = time.perf_counter()
-        if self.tier is not None:
-            self.tier.flush()  # the writer reads blocks by id: none may move under it
-        old = self.blocks.num_blocks
-        moves = self.blocks.resize(num_blocks, [s for s in self.seqs.values() if s.block_table])
-        self.arena.resize(num_blocks, moves)
-        if self.arena.device.type == "cuda":
-            torch.cuda.synchronize(self.arena.device)
-        return ResizeResult(old, num_blocks, len(moves), time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> EngineStats:
