@@ -229,8 +229,9 @@ class FluidToken(Borrowing):
             budget = self.slack(w) / self.cost_scale(w)
             plan.chunks = self._fill(w, budget, max_num_seqs, late)
             if not plan.chunks and not plan.decode:  # nothing decodes yet, but a hand-off may land any
-                # moment: keep the step within what a decode step's slack would allow
-                plan.chunks = chunks_within(w, self.config.min_chunk, max_num_seqs)
+                # moment: keep the step within what a decode step's slack would allow (a started
+                # prompt first: an idle worker that plans nothing is never stepped again)
+                plan.chunks = chunks_within(w, self.config.min_chunk, max_num_seqs, late)
         return plan
 
     def _fill(self, w: WorkerView, budget: float, max_num_seqs: int, late: Callable | None = None) -> list:

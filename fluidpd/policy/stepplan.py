@@ -46,19 +46,21 @@ def past_ttft(now: float, slo_ttft_s: float) -> Callable:
 
 
 def on_time_first(queue: Iterable, late: Callable | None) -> Iterable:
-    """`queue` in order, but with the unstarted requests for which `late(r)` (e.g. `past_ttft`: they
-    have missed their TTFT SLO already) behind the rest, FCFS among themselves; as it is without `late`. Under
-    overload, FCFS spends every worker on requests that missed already and makes the next ones miss
-    too; this serves the ones that can still make it, and the late ones as soon as there is room."""
-    if late is None:
-        yield from queue
-        return
-    behind = []
+    """`queue` in order, but the started requests first (they hold their KV, which an unstarted one
+    behind them may need: it cannot start before they finish) and the unstarted requests for which
+    `late(r)` (e.g. `past_ttft`: they have missed their TTFT SLO already) last, FCFS among
+    themselves. Under overload, FCFS spends every worker on requests that missed already and makes
+    the next ones miss too; this serves the ones that can still make it, and the late ones as soon
+    as there is room."""
+    unstarted, behind = [], []
     for r in queue:
-        if r.prefilled or not late(r):
+        if r.prefilled:
             yield r
-        else:
+        elif late is not None and late(r):
             behind.append(r)
+        else:
+            unstarted.append(r)
+    yield from unstarted
     yield from behind
 
 

@@ -253,3 +253,27 @@ def test_chunks_are_sized_from_the_measured_overrun_of_mixed_steps():
     assert over / mixed <= 0.02, over / mixed
     assert 1.1 < token.overrun_of(0).factor < 1.7  # the factor over the online scale, itself noisy
     assert token.chunk_tokens(w) > 1000  # still borrows: the bound prices the error, not more
+
+
+def test_an_idle_decode_worker_never_stalls_a_started_prompt_behind_one_that_cannot_start():
+    """Late-last started B ahead of the late A; KV for A only frees when B finishes. With chunks priced
+    past the slack (a cost scale measured while a replacement worker loaded), the step that keeps
+    an idle decode worker going must take B's chunk, not stop at A: else neither ever runs."""
+    from fluidpd.core.request import Request
+    from fluidpd.policy.stepplan import past_ttft
+    from fluidpd.world.worker import WorkerState
+
+    token = FluidToken(Polynomial((1e-3, 0.0)), 0.5)  # 1 ms a token: a 16-token chunk fits 0.5 s
+    w = WorkerState(2, Role.DECODE, 0, 80, 16)
+    late_one = Request(0, 0.0, 900, 30)  # 57 blocks, arrived long ago
+    started = Request(1, 9.0, 1000, 30)
+    started.prefilled, started.worker = 600, w.id
+    w.allocate(w.blocks_of(started) + 3)  # what it reserved: 66 of 80 blocks, 14 free
+    w.enqueue(late_one)
+    w.enqueue(started)
+    late = past_ttft(10.0, 5.0)
+    token.scale[w.id] = 1e3  # every chunk priced past the slack
+    plan = token.plan(w, 256, late)
+    assert [r.id for r, _ in plan.chunks] == [1] and not plan.decode
+    token.scale[w.id] = 1.0
+    assert [r.id for r, _ in token.plan(w, 256, late).chunks] == [1]  # priced within it: the same request
