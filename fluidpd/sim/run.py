@@ -46,14 +46,15 @@ class Setup:
 
     def costs(self, roofline: RooflineModel) -> CostModel:
         """FluidPD's cost model: f_P and the fused-chunk time fitted on the latency model."""
+        sim = roofline.sim_config(self.sim)  # the host profile's tier bandwidth and contention
         return CostModel(
             self.slo,
             fit_prefill_time(roofline),
             fit_chunk_time(roofline),
             attn_pair_s=fit_attention_pair_time(roofline),
             kv_move_s_per_token=self.model.kv_bytes_per_token / self.hardware.nvlink_bw_unidir,
-            kv_load_s_per_token=self.model.kv_bytes_per_token / roofline.sim_config(self.sim).kv_offloading_bw,
-            compute_slots=roofline.sim_config(self.sim).compute_slots(),
+            kv_load_s_per_token=self.model.kv_bytes_per_token / sim.kv_offloading_bw,
+            compute_slots=sim.compute_slots(),
         )
 
     def network(self) -> Network:
