@@ -100,6 +100,7 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
             )
         rid = self._new_id(request_id)
         seq = Sequence(rid, ids, len(ids), params, generator=params.make_generator())
+        seq.init_state(self.eos_token_ids)
         self.seqs[rid] = seq
         self.scheduler.add(seq)
         return rid
@@ -152,7 +153,8 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
         t1 = time.perf_counter()
         logits, sampled = self.runner.execute(chunks)
         if sampled:
-            tokens, lps = sample(logits, [s.params for s in sampled], [s.generator for s in sampled])
+            states = [s.state for s in sampled]
+            tokens, lps = sample(logits, [s.params for s in sampled], [s.generator for s in sampled], states)
         else:
             tokens, lps = [], []
             if logits.is_cuda:
@@ -207,6 +209,8 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
         new = {}
         for seq, tok, lp in zip(sampled, tokens, lps):
             seq.token_ids.append(tok)
+            if seq.state is not None:
+                seq.state.accept(tok)
             if lp is not None:
                 seq.logprobs.append(lp)
             new[id(seq)] = (tok, lp)

@@ -75,6 +75,7 @@ class KVExchange:
             )
         rid = self._new_id(request_id if request_id is not None else payload.request_id)
         seq = sequence_of(payload, rid, params)
+        seq.init_state(self.eos_token_ids)
         if payload.num_computed == 0:
             self.seqs[rid] = seq
             self.scheduler.add(seq)

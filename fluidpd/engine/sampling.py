@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from fluidpd.engine.decoding_state import DecodingState
 from fluidpd.engine.sampling_params import (
     GREEDY_BELOW,
     MAX_LOGPROBS,
@@ -34,10 +35,21 @@ __all__ = [
 
 
 def sample(
-    logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+    states: list[DecodingState | None] | None = None,
 ) -> tuple[list[int], list[TokenLogprob | None]]:
-    """One token per row of `logits` [M, vocab] (float32, any device)."""
+    """One token per row of `logits` [M, vocab] (float32, any device); `states`: each row's
+    DecodingState (penalties, bias, grammar), applied before the pick. Logprobs are the model's own
+    (before any processor), as vLLM reports them by default."""
     logits = logits.float()
+    raw = logits
+    if states is not None and any(s is not None for s in states):
+        logits = logits.clone()
+        for i, st in enumerate(states):
+            if st is not None:
+                logits[i] = st.process(logits[i])
     out = [0] * len(params)
     greedy = [i for i, p in enumerate(params) if p.greedy]
     if greedy:
@@ -52,7 +64,7 @@ def sample(
     lps: list[TokenLogprob | None] = [None] * len(params)
     want = [i for i, p in enumerate(params) if p.logprobs is not None]
     if want:
-        logp = torch.log_softmax(logits[want], dim=-1).cpu()
+        logp = torch.log_softmax(raw[want], dim=-1).cpu()
         for j, i in enumerate(want):
             lps[i] = _logprob(logp[j], out[i], params[i].logprobs)
     return out, lps

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from fluidpd.engine.decoding_state import DecodingState
 from fluidpd.engine.sampling_params import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
@@ -43,10 +44,16 @@ class Sequence:
     num_cached_tokens: int = 0  # prompt tokens whose prefill its first admission skipped (prefix cache hits)
     num_loaded_tokens: int = 0  # of those, loaded from the KV store (the rest were in the arena)
     admitted: bool = False  # it has started in this engine (first admission, or it arrived with KV)
+    state: DecodingState | None = None  # penalties, bias, grammar: built from the tokens (`init_state`)
 
     def __post_init__(self) -> None:
         if self.logprobs is None and self.params.logprobs is not None:
             self.logprobs = []
+
+    def init_state(self, eos_token_ids=()) -> None:
+        """Build the decoding state from the tokens so far (a new request, or one arriving with output)."""
+        if DecodingState.needed(self.params):
+            self.state = DecodingState(self.params, self.token_ids, self.prompt_len, eos_token_ids)
 
     @property
     def num_tokens(self) -> int:
