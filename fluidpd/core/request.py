@@ -46,12 +46,18 @@ class Request:
     queued_hit: int = 0  # until it starts: cached tokens the worker whose queue holds it is expected to skip
     session: int = -1  # closed-loop session (-1: none)
     think_time_s: float = 0.0  # the pause after its session's previous request completed
+    n: int = 1  # sequences sampled from one prefill (a request group: n decode rows sharing the prompt's KV)
+    live: int = 0  # of those, still generating (0 on construction: n)
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1 or self.output_len < 1:
             raise ValueError(f"request {self.id}: prompt_len and output_len must be >= 1")
         if self.prefill_target == 0:
             self.prefill_target = self.prompt_len
+        if self.n < 1:
+            raise ValueError(f"request {self.id}: n must be >= 1")
+        if self.live == 0:
+            self.live = self.n
 
     @property
     def prefill_remaining(self) -> int:
@@ -88,8 +94,9 @@ class Request:
 
     def start_over(self) -> None:
         """Its KV is gone (preempted, or its worker lost): recompute the prompt plus every token
-        already out; the first token, if it was still held back, goes out as it stands."""
-        self.prefill_target = self.prompt_len + self.generated
+        already out (a group: each live sequence's); the first token, if it was still held back, goes
+        out as it stands."""
+        self.prefill_target = self.prompt_len + self.live * self.generated
         self.prefilled = 0
         self.kv_ready_s = 0.0
         self.held_first = False

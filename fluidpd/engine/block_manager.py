@@ -65,8 +65,8 @@ class BlockManager:
     def lookup(self, seq: Sequence) -> list[int]:
         """Cached block ids a sequence without blocks can start on: its longest cached full-block
         prefix (all of it, when the sequence is block-aligned: `reserve` copies the last). No side effects."""
-        if not self.enable_caching or seq.block_table:
-            return []
+        if not self.enable_caching or seq.block_table or seq.params.prompt_logprobs is not None:
+            return []  # (prompt logprobs need every prompt token's logits: no cached prefix)
         n = seq.num_tokens // self.block_size
         return self.pool.lookup(self.hashes(seq.token_ids, n, seq.block_hashes))
 

@@ -20,6 +20,8 @@ import torch
 from fluidpd.engine.arena import KVArena
 from fluidpd.engine.block_manager import BlockManager, Reservation
 from fluidpd.engine.config import EngineConfig
+from fluidpd.engine.group import SeqGroup
+from fluidpd.engine.groups import GroupOps
 from fluidpd.engine.kv_exchange import KVExchange
 from fluidpd.engine.kv_resize import KVResize
 from fluidpd.engine.kv_transfer import KVLayout
@@ -29,6 +31,7 @@ from fluidpd.engine.model_loading import check_model, load_model
 from fluidpd.engine.offline import generate
 from fluidpd.engine.outputs import EngineStats, RequestOutput, StepOutput, StepResult
 from fluidpd.engine.plan import StepPlan, resolve
+from fluidpd.engine.prompt_logprobs import score
 from fluidpd.engine.prompts import Prompt, check_prompt, prompt_ids
 from fluidpd.engine.runner import ModelRunner
 from fluidpd.engine.sampling import SamplingParams, sample
@@ -37,13 +40,14 @@ from fluidpd.engine.scoring import PromptScoring
 from fluidpd.engine.sequence import Sequence, SequenceStatus
 from fluidpd.engine.stopping import stop_reason
 from fluidpd.engine.store_tier import StoreTier
+from fluidpd.engine.structured.engine_hooks import attach_grammar
 from fluidpd.engine.tier_hooks import TierHooks
 from fluidpd.engine.tokenizer import Tokenizer
 
 __all__ = ["LLMEngine", "load_model"]
 
 
-class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
+class LLMEngine(GroupOps, KVExchange, KVResize, PromptScoring, TierHooks):
     """Requests in, tokens out: a model over a paged KV arena, stepped by its scheduler or an external plan."""
 
     def __init__(
@@ -77,7 +81,8 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
         )
         if self.tier is not None:
             self.scheduler.load_stored = self._load_stored
-        self.seqs: dict[str, Sequence] = {}
+        self.seqs: dict[str, Sequence] = {}  # by `Sequence.key`
+        self.groups: dict[str, SeqGroup] = {}  # n > 1 requests by id
         self.eos_token_ids = set(mc.eos_token_ids) | set(tokenizer.eos_token_ids if tokenizer else ())
         self._ids = itertools.count()
         self.last_step: StepResult | None = None
@@ -87,9 +92,16 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
 
     # ------------------------------------------------------------------ requests
     def add_request(
-        self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None, *, chat: bool = False
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+        *,
+        chat: bool = False,
+        produced: list[list[int] | None] | None = None,
     ) -> str:
-        """Queue a request (text, token ids, or chat messages); its id."""
+        """Queue a request (text, token ids, or chat messages); its id. With `params.n` > 1, `produced[j]`
+        re-adds choice j with the tokens it already produced (None: it finished; it stays finished)."""
         params = params or SamplingParams()
         ids = prompt_ids(prompt, self.tokenizer, chat)
         check_prompt(ids, self.max_model_len, self.model_config.vocab_size)
@@ -99,8 +111,11 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
                 f"({self.blocks.num_blocks} x {self.config.block_size} tokens)"
             )
         rid = self._new_id(request_id)
+        if params.n > 1:
+            return self._add_group(rid, ids, params, produced)
         seq = Sequence(rid, ids, len(ids), params, generator=params.make_generator())
         seq.init_state(self.eos_token_ids)
+        attach_grammar(self.tokenizer, seq)
         self.seqs[rid] = seq
         self.scheduler.add(seq)
         return rid
@@ -115,6 +130,9 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
 
     def abort(self, request_id: str) -> bool:
         seq = self.seqs.get(request_id)
+        if request_id in self.groups:
+            self._end_group(self.groups[request_id], "abort")
+            return True
         if seq is None:
             return False
         self._finish(seq, "abort")
@@ -127,13 +145,15 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
         return self._live(request_id)
 
     def decoding_ids(self) -> list[str]:
-        return [s.request_id for s in self.scheduler.running if s.is_decoding]
+        return list(dict.fromkeys(s.request_id for s in self.scheduler.running if s.is_decoding))  # a group once
 
     # ------------------------------------------------------------------ stepping
     def step(self) -> list[StepOutput]:
         """One step planned by the built-in scheduler."""
         if self.tier is not None:
             self.tier.flush()  # the scheduler counts free blocks: none held by the store's writer
+        if self.groups:
+            self._fork_ready()
         plan = self.scheduler.schedule()
         outputs = [self._finish(s, "capacity") for s in self.scheduler.pop_dropped()]
         if plan:
@@ -143,6 +163,7 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
     def run_step(self, plan: StepPlan) -> StepResult:
         """Run exactly `plan` in one forward pass (blocks are allocated as needed)."""
         t0, c0 = time.perf_counter(), time.thread_time()
+        plan = self._expand(plan)
         wanted = resolve(plan, self._live)
         if self.tier is not None:
             self.tier.collect()
@@ -151,7 +172,8 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
         hits = {id(s): self._admit(s) for s, _ in chunks if id(s) in fresh}
         self.blocks.apply_copies(self.arena.copy_blocks)
         t1 = time.perf_counter()
-        logits, sampled = self.runner.execute(chunks)
+        logits, sampled, scored = self.runner.execute(chunks)
+        logits, sampled, fresh = self._fan_out(logits, sampled)
         if sampled:
             states = [s.state for s in sampled]
             tokens, lps = sample(logits, [s.params for s in sampled], [s.generator for s in sampled], states)
@@ -160,10 +182,11 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
             if logits.is_cuda:
                 torch.cuda.synchronize()
         t2 = time.perf_counter()
+        prompt_lps = {id(s): score(s, p, lg) for s, p, lg in scored}
         for seq, n in chunks:
             seq.num_computed += n
             self.blocks.register(seq)
-        outputs = self._record(chunks, sampled, tokens, lps, hits)
+        outputs = self._record(chunks + fresh, sampled, tokens, lps, hits, prompt_lps)
         res = StepResult(
             outputs,
             time.perf_counter() - t0,
@@ -205,7 +228,7 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
             self.prefix_cache_store_hits += seq.num_loaded_tokens
         return seq.num_computed
 
-    def _record(self, chunks, sampled, tokens, lps, hits) -> list[StepOutput]:
+    def _record(self, chunks, sampled, tokens, lps, hits, prompt_lps) -> list[StepOutput]:
         new = {}
         for seq, tok, lp in zip(sampled, tokens, lps):
             seq.token_ids.append(tok)
@@ -224,24 +247,34 @@ class LLMEngine(KVExchange, KVResize, PromptScoring, TierHooks):
                 logprobs=None if lp is None else [lp],
                 num_cached_tokens=hits.get(id(seq), 0),
                 num_loaded_tokens=seq.num_loaded_tokens if id(seq) in hits else 0,
+                prompt_logprobs=prompt_lps.get(id(seq)),
+                index=max(seq.index, 0),
             )
+            if out.prompt_logprobs is not None and seq.prompt_logprobs is not None:
+                seq.prompt_logprobs += out.prompt_logprobs
             reason = None
             if tok is not None:
                 reason = stop_reason(seq, tok, self.eos_token_ids, self.tokenizer, self.max_model_len)
+            elif seq.params.max_tokens == 0 and seq.num_computed >= seq.prompt_len:
+                reason = "length"  # scored, not sampled
             if reason:
                 fin = self._finish(seq, reason)
                 out.finished, out.finish_reason, out.output = True, reason, fin.output
+                out.group_finished = fin.group_finished
             outputs.append(out)
         return outputs
 
     def _finish(self, seq: Sequence, reason: str) -> StepOutput:
+        if seq.group is not None:
+            return self._finish_member(seq, reason)
         self.scheduler.remove(seq)
         seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
         self.seqs.pop(seq.request_id, None)
         text = seq.stop_text
         if text is None and self.tokenizer is not None:
             text = self.tokenizer.decode(seq.output_token_ids)
-        return StepOutput(seq.request_id, [], seq.num_computed, True, reason, None, RequestOutput.of(seq, text))
+        out = RequestOutput.of(seq, text)
+        return StepOutput(seq.request_id, [], seq.num_computed, True, reason, None, out, group_finished=True)
 
     def _live(self, request_id: str) -> Sequence:
         seq = self.seqs.get(request_id)

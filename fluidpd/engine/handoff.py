@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import torch
 
-from fluidpd.engine.kv_transfer import KVLayout, KVPayload
+from fluidpd.engine.kv_transfer import GroupKV, KVLayout, KVPayload
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.engine.sequence import Sequence
 
 
-def payload_of(seq: Sequence, blocks: torch.Tensor, layout: KVLayout, skip_blocks: int = 0) -> KVPayload:
-    """`seq`'s tokens, progress and sampling state around `blocks`, its computed KV past its first `skip_blocks`."""
+def payload_of(
+    seq: Sequence, blocks: torch.Tensor, layout: KVLayout, skip_blocks: int = 0, group: GroupKV | None = None
+) -> KVPayload:
+    """`seq`'s tokens, progress and sampling state around `blocks`, its computed KV past its first `skip_blocks`
+    (`group`: the other sequences of its n > 1 request, whose extra blocks follow)."""
     return KVPayload(
         request_id=seq.request_id,
         token_ids=list(seq.token_ids),
@@ -24,6 +27,7 @@ def payload_of(seq: Sequence, blocks: torch.Tensor, layout: KVLayout, skip_block
         num_preemptions=seq.num_preemptions,
         skip_blocks=skip_blocks,
         num_cached_tokens=seq.num_cached_tokens,
+        group=group,
     )
 
 

@@ -9,17 +9,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fluidpd.engine.block_pool import MissingCachedBlocks
+from fluidpd.engine.group_kv import GroupKVMoves
 from fluidpd.engine.handoff import payload_of, sequence_of
 from fluidpd.engine.kv_transfer import KVPayload
 from fluidpd.engine.sampling import SamplingParams
 from fluidpd.engine.sequence import SequenceStatus
+from fluidpd.engine.structured.engine_hooks import attach_grammar
 
 if TYPE_CHECKING:
     from fluidpd.engine.block_manager import Reservation
     from fluidpd.engine.sequence import Sequence
 
 
-class KVExchange:
+class KVExchange(GroupKVMoves):
     """Mixin of LLMEngine: export_kv / import_kv, and what a move may skip."""
 
     if TYPE_CHECKING:  # what LLMEngine provides
@@ -30,6 +32,7 @@ class KVExchange:
         seqs: dict
         kv_layout: Any
         max_model_len: int
+        tokenizer: Any
 
         def _live(self, request_id: str) -> Sequence: ...
         def _new_id(self, request_id: str | None) -> str: ...
@@ -46,7 +49,9 @@ class KVExchange:
         """A request's KV blocks and state; with `release`, the request leaves this engine.
 
         `skip_blocks`: leave out the first full blocks (the destination holds them, see
-        `cached_prefix_blocks`)."""
+        `cached_prefix_blocks`). An n > 1 request moves whole (`GroupKVMoves`)."""
+        if request_id in self.groups:
+            return self._export_group(self.groups[request_id], release, device, skip_blocks)
         seq = self._live(request_id)
         nb = self.blocks.blocks_for(seq.num_computed)
         if not 0 <= skip_blocks <= seq.num_computed // self.config.block_size:
@@ -68,6 +73,8 @@ class KVExchange:
         A payload that skips blocks starts on this engine's cached copies of them (ValueError if
         it lacks them: MissingCachedBlocks); the imported full blocks become cached here."""
         payload.check_layout(self.kv_layout)
+        if payload.group is not None:
+            return self._import_group(payload, params, request_id)
         params = params or payload.params
         if len(payload.token_ids) > self.max_model_len:
             raise ValueError(
@@ -76,6 +83,7 @@ class KVExchange:
         rid = self._new_id(request_id if request_id is not None else payload.request_id)
         seq = sequence_of(payload, rid, params)
         seq.init_state(self.eos_token_ids)
+        attach_grammar(self.tokenizer, seq, replay=True)
         if payload.num_computed == 0:
             self.seqs[rid] = seq
             self.scheduler.add(seq)

@@ -31,6 +31,36 @@ class KVLayout:
 
 
 @dataclass
+class ChildKV:
+    """One more sequence of an n > 1 request in a KVPayload: its output, progress and block table
+    (indices into the payload's blocks, the primary sequence's first: `GroupKV`)."""
+
+    index: int
+    output_ids: list[int]
+    num_computed: int = 0  # 0: it holds no KV (not forked yet, or preempted)
+    table: list[int] = field(default_factory=list)
+    generator_state: torch.Tensor | None = None
+    logprobs: list[TokenLogprob] | None = None
+    num_preemptions: int = 0
+    resuming: bool = False  # re-added with its tokens, not sampled since
+
+
+@dataclass
+class GroupKV:
+    """What a KVPayload of an n > 1 request adds: the payload's own fields describe its primary
+    sequence (`primary`: a choice's index, or -1 for the prompt before the fork); `blocks` holds the
+    primary's blocks, then `extra_blocks` more blocks the other children hold, each once; a child's
+    table index i < the primary's block count is the primary's block i."""
+
+    n: int
+    primary: int
+    children: list[ChildKV] = field(default_factory=list)
+    done: list[int] = field(default_factory=list)  # choices already finished
+    extra_blocks: int = 0
+    primary_resuming: bool = False
+
+
+@dataclass
 class KVPayload:
     """A request's computed KV and its state.
 
@@ -54,6 +84,7 @@ class KVPayload:
     meta: dict = field(default_factory=dict)
     skip_blocks: int = 0
     num_cached_tokens: int = 0  # the request's prefix cache hits where it was first admitted
+    group: GroupKV | None = None  # n > 1: the request's other sequences
 
     def __post_init__(self) -> None:
         bs = self.layout.block_size
@@ -62,7 +93,7 @@ class KVPayload:
                 f"skip_blocks {self.skip_blocks} out of range: {self.num_computed} computed positions "
                 f"hold {self.num_computed // bs} full blocks"
             )
-        need = -(-self.num_computed // bs) - self.skip_blocks
+        need = -(-self.num_computed // bs) - self.skip_blocks + (self.group.extra_blocks if self.group else 0)
         if tuple(self.blocks.shape) != (need, *self.layout.block_shape):
             raise ValueError(
                 f"KV payload blocks of shape {tuple(self.blocks.shape)} do not hold "

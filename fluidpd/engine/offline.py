@@ -39,10 +39,11 @@ def generate(
     want, done = set(rids), {}
     bar = _progress(len(rids)) if use_tqdm else None
     while len(done) < len(rids):
-        if not engine.scheduler.has_work() and not engine.scheduler.dropped:
+        forking = any(g.detached for g in getattr(engine, "groups", {}).values())  # n > 1: forks next step
+        if not engine.scheduler.has_work() and not engine.scheduler.dropped and not forking:
             raise RuntimeError("engine has no work left but requests are unfinished")
         for o in engine.step():
-            if o.finished and o.request_id in want:
+            if o.group_finished and o.request_id in want:
                 done[o.request_id] = o.output
                 if bar is not None:
                     bar.update(1)

@@ -23,6 +23,14 @@ class RequestOutput:
     logprobs: list[TokenLogprob] | None = None
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at its first admission
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # one per prompt token (None first), when asked
+    index: int = 0  # its choice in an n > 1 request
+    samples: list[RequestOutput] | None = None  # n > 1: every choice by index (this one's fields: choice 0's)
+
+    @property
+    def outputs(self) -> list[RequestOutput]:
+        """Its sampled sequences by index (vLLM's RequestOutput.outputs): itself when n == 1."""
+        return self.samples if self.samples is not None else [self]
 
     @classmethod
     def of(cls, seq: Sequence, text: str | None) -> RequestOutput:
@@ -35,12 +43,15 @@ class RequestOutput:
             seq.logprobs,
             seq.num_preemptions,
             seq.num_cached_tokens,
+            seq.prompt_logprobs,
+            max(seq.index, 0),
         )
 
 
 @dataclass
 class StepOutput:
-    """What one step did to one request: 0 or 1 new token, and whether it finished."""
+    """What one step did to one request's sequence: 0 or 1 new token, and whether it finished (an n > 1
+    request gives one per choice that got a token; `group_finished` when its last choice ends)."""
 
     request_id: str
     new_token_ids: list[int]
@@ -51,6 +62,9 @@ class StepOutput:
     output: RequestOutput | None = None  # the whole output, once finished
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache, in the step that admitted it
     num_loaded_tokens: int = 0  # of those, loaded from the KV store
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # the prompt tokens this step scored (prompt_logprobs)
+    index: int = 0  # the choice (sequence) of an n > 1 request this output is of
+    group_finished: bool = False  # the request (every choice) has left the engine
 
 
 TRAFFIC = (  # KVTierActivity's counters of the store's traffic

@@ -8,6 +8,7 @@ from fluidpd.engine.arena import KVArena
 from fluidpd.engine.attention_meta import AttentionMetadata, DecodeGroup, PrefillSegment
 from fluidpd.engine.model import LlamaModel
 from fluidpd.engine.paged_attention import PagedDecodes
+from fluidpd.engine.prompt_logprobs import scored_positions
 from fluidpd.engine.sequence import Sequence
 
 # Decodes are attended in groups of similar context length. A group costs one gather + one SDPA
@@ -28,11 +29,24 @@ class ModelRunner:
         self.group_max_tokens = max(1, cap // per_token)
         self.one_group = self.device.type != "cpu"  # GPU: one padded launch per layer
 
-    def execute(self, chunks: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[Sequence]]:
-        """Run the chunks in one forward; logits [M, vocab] for the M sequences they complete."""
+    def execute(self, chunks: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[Sequence], list]:
+        """Run the chunks in one forward; logits [M, vocab] for the M sequences they complete (to sample),
+        and (sequence, positions, logits) for the chunks whose prompt tokens are scored (prompt logprobs)."""
         ids, pos, meta, rows, sampled = self.prepare(chunks)
-        logits = self.model.forward(ids, pos, meta, self.arena, rows)
-        return logits, sampled
+        scored = [(s, n, scored_positions(s, n)) for s, n in chunks]
+        scored = [c for c in scored if len(c[2])]
+        if not scored:
+            return self.model.forward(ids, pos, meta, self.arena, rows), sampled, []
+        extra = []
+        for s, n, p in scored:  # a chunk's tokens sit in consecutive rows, its last at self._rows[id(s)]
+            first = self._rows[id(s)] - (n - 1) - s.num_computed
+            extra.append(torch.arange(first + p.start, first + p.stop, device=ids.device))
+        logits = self.model.forward(ids, pos, meta, self.arena, torch.cat([rows, *extra]))
+        out, at = [], len(sampled)
+        for (s, _, p), r in zip(scored, extra):
+            out.append((s, p, logits[at : at + len(r)]))
+            at += len(r)
+        return logits[: len(sampled)], sampled, out
 
     # ------------------------------------------------------------------ batch building
     def prepare(self, chunks: list[tuple[Sequence, int]]):
@@ -71,8 +85,9 @@ class ModelRunner:
         pos = torch.tensor(positions, dtype=torch.long)
         meta.slot_blocks = torch.tensor(blocks, dtype=torch.long, device=dev)
         meta.slot_offsets = (pos % bs).to(dev)
-        sampled = [s for s, n in chunks if s.num_computed + n == s.num_tokens]
+        sampled = [s for s, n in chunks if s.num_computed + n == s.num_tokens and s.params.max_tokens > 0]
         rows = torch.tensor([row_of[id(s)] for s in sampled], dtype=torch.long, device=dev)
+        self._rows = row_of
         return torch.tensor(tokens, dtype=torch.long, device=dev), pos.to(dev), meta, rows, sampled
 
     def _prefill_segment(self, seq: Sequence, row: int, n: int) -> PrefillSegment:

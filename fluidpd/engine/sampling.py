@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from fluidpd.engine.decoding_state import DecodingState
+from fluidpd.engine.logits_processors import min_p_filter
 from fluidpd.engine.sampling_params import (
     GREEDY_BELOW,
     MAX_LOGPROBS,
@@ -72,6 +73,8 @@ def sample(
 
 def _sample_row(row: torch.Tensor, p: SamplingParams, g: torch.Generator | None) -> int:
     row = row / p.temperature
+    if p.min_p > 0.0:  # vLLM: after temperature, before top-k/top-p
+        row = min_p_filter(row, p.min_p)
     if p.top_k > 0 and p.top_k < row.numel():
         kth = torch.topk(row, p.top_k).values[-1]
         row = row.masked_fill(row < kth, float("-inf"))

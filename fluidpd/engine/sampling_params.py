@@ -36,7 +36,7 @@ class SamplingParamError(ValueError):
 class SamplingParams:
     """What one request asks of the sampler; every field is checked on construction."""
 
-    max_tokens: int = 16
+    max_tokens: int = 16  # 0: the prompt is prefilled (and scored, with prompt_logprobs), nothing is sampled
     temperature: float = 0.0  # 0 (or under GREEDY_BELOW) = greedy (the default)
     top_k: int = 0  # 0 or -1 = off
     top_p: float = 1.0
@@ -86,8 +86,6 @@ class SamplingParams:
             not _is_int(self.prompt_logprobs) or not 0 <= self.prompt_logprobs <= MAX_LOGPROBS
         ):
             raise SamplingParamError("prompt_logprobs", f"an integer in [0, {MAX_LOGPROBS}]", self.prompt_logprobs)
-        if self.max_tokens == 0 and self.prompt_logprobs is None:
-            raise SamplingParamError("max_tokens", "a positive integer (0 only to score the prompt)", self.max_tokens)
         self._check_penalties()
         self.max_tokens, self.top_k, self.n = int(self.max_tokens), int(self.top_k), int(self.n)
         self.temperature, self.top_p = float(self.temperature), float(self.top_p)
@@ -111,7 +109,9 @@ class SamplingParams:
             _is_int(k) and _is_real(v) and -MAX_LOGIT_BIAS <= v <= MAX_LOGIT_BIAS for k, v in self.logit_bias.items()
         ):
             raise SamplingParamError(
-                "logit_bias", f"a map of token ids to numbers in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]", self.logit_bias
+                "logit_bias",
+                f"a map of token ids to numbers in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]",
+                self.logit_bias,
             )
         words = self.bad_words_token_ids
         if not isinstance(words, (list, tuple)) or not all(
@@ -156,6 +156,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: dict[int, float] = field(default_factory=dict)
+    rank: int | None = None  # 1 + how many tokens were more likely (prompt logprobs: vLLM reports it)
 
 
 def _is_int(x: object) -> bool:

@@ -131,6 +131,6 @@ class Scheduler:
 
 def _add(plan: StepPlan, seq: Sequence, n: int) -> None:
     if n == 1 and seq.is_decoding:
-        plan.decodes.append(seq.request_id)
+        plan.decodes.append(seq.key)
     else:
-        plan.prefills.append(PrefillChunk(seq.request_id, n))
+        plan.prefills.append(PrefillChunk(seq.key, n))

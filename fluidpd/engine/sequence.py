@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fluidpd.engine.decoding_state import DecodingState
 from fluidpd.engine.sampling_params import SamplingParams, TokenLogprob
@@ -45,15 +45,25 @@ class Sequence:
     num_loaded_tokens: int = 0  # of those, loaded from the KV store (the rest were in the arena)
     admitted: bool = False  # it has started in this engine (first admission, or it arrived with KV)
     state: DecodingState | None = None  # penalties, bias, grammar: built from the tokens (`init_state`)
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # filled as its prompt's chunks are computed
+    index: int = 0  # its choice in an n > 1 request (-1: that request's prompt, before the fork)
+    group: Any = None  # the SeqGroup it belongs to (n > 1), else None
 
     def __post_init__(self) -> None:
         if self.logprobs is None and self.params.logprobs is not None:
             self.logprobs = []
+        if self.prompt_logprobs is None and self.params.prompt_logprobs is not None:
+            self.prompt_logprobs = []
 
     def init_state(self, eos_token_ids=()) -> None:
         """Build the decoding state from the tokens so far (a new request, or one arriving with output)."""
         if DecodingState.needed(self.params):
             self.state = DecodingState(self.params, self.token_ids, self.prompt_len, eos_token_ids)
+
+    @property
+    def key(self) -> str:
+        """Its id in the engine's tables and plans: the request id, or `id#index` for a forked child."""
+        return self.request_id if self.group is None or self.index < 0 else f"{self.request_id}#{self.index}"
 
     @property
     def num_tokens(self) -> int:

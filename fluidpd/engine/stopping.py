@@ -15,9 +15,11 @@ def stop_reason(
         if tokenizer is not None:
             seq.stop_text = tokenizer.decode(seq.output_token_ids[:-1])
         return "stop"
-    if p.stop and tokenizer is not None:
+    if p.stop and tokenizer is not None and seq.num_output_tokens >= p.min_tokens:
         text = tokenizer.decode(seq.output_token_ids)
-        hits = [(text.find(s), s) for s in p.stop if s in text]
+        # vLLM: no stop string ends within the first min_tokens - 1 tokens (it checks only each step's new text)
+        floor = len(tokenizer.decode(seq.output_token_ids[: p.min_tokens - 1])) if p.min_tokens > 1 else 0
+        hits = [(i, s) for s in p.stop if (i := text.find(s, max(0, floor - len(s) + 1))) >= 0]
         if hits:
             i, s = min(hits)
             seq.stop_text = text[: i + (len(s) if p.include_stop_str_in_output else 0)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -45,7 +46,8 @@ class Tokenizer:
         self.eos_token_ids = tuple(eos_token_ids)
         self.add_bos = add_bos
         self.chat_template = chat_template
-        self._template = None
+        self.tool_chat_template: str | None = None  # the model's "tool_use" template, rendered when tools are given
+        self._compiled: dict[str, Any] = {}  # template source -> compiled jinja2 template
         self._split_ok: bool | None = None
 
     # ------------------------------------------------------------------ building
@@ -80,13 +82,15 @@ class Tokenizer:
         _add_special(tk, tokens, types)
         bos = get("tokenizer.ggml.bos_token_id")
         eos = get("tokenizer.ggml.eos_token_id")
-        return cls(
+        tok = cls(
             tk,
             bos_token_id=bos,
             eos_token_ids=() if eos is None else (int(eos),),
             add_bos=bool(get("tokenizer.ggml.add_bos_token", kind == "llama")) and bos is not None,
             chat_template=get("tokenizer.chat_template"),
         )
+        tok.tool_chat_template = get("tokenizer.chat_template.tool_use")
+        return tok
 
     @classmethod
     def from_pretrained_dir(cls, path: str) -> Tokenizer:
@@ -101,13 +105,23 @@ class Tokenizer:
         if template is None and os.path.isfile(jinja):
             with open(jinja) as f:
                 template = f.read()
+        tool_template = None
         if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
-            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+            named = {t.get("name"): t.get("template") for t in template}
+            template, tool_template = named.get("default"), named.get("tool_use")
         bos, eos = _token_id(tk, cfg.get("bos_token")), _token_id(tk, cfg.get("eos_token"))
         # tokenizer.json's post-processor already adds BOS where the model wants it
-        return cls(
+        tok = cls(
             tk, bos_token_id=bos, eos_token_ids=() if eos is None else (eos,), add_bos=False, chat_template=template
         )
+        tok.tool_chat_template = tool_template
+        return tok
+
+    def with_chat_template(self, template: str) -> Tokenizer:
+        """This tokenizer rendering chats with `template` instead of the model's own (vLLM's --chat-template)."""
+        tok = copy.copy(self)
+        tok.chat_template, tok.tool_chat_template, tok._compiled = template, None, {}
+        return tok
 
     # ------------------------------------------------------------------ use
     @property
@@ -158,20 +172,29 @@ class Tokenizer:
         return self.tk.id_to_token(token_id)
 
     def apply_chat_template(
-        self, messages: list[dict[str, str]], add_generation_prompt: bool = True, **kwargs: Any
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+        **kwargs: Any,
     ) -> str:
-        """The prompt text for `messages` (render with jinja2 like transformers does)."""
-        if not self.chat_template:
+        """The prompt text for `messages` and `tools` (OpenAI tool dicts), rendered with jinja2 as transformers'
+        apply_chat_template does: keys whose value is None are dropped from the messages, reasoning is
+        aliased, and the template sees messages, tools, documents, add_generation_prompt and the special tokens."""
+        source = self.tool_chat_template if tools is not None and self.tool_chat_template else self.chat_template
+        if not source:
             raise ValueError("this tokenizer has no chat template")
-        if self._template is None:
-            self._template = _compile_template(self.chat_template)
+        template = self._compiled.get(source)
+        if template is None:
+            template = self._compiled[source] = _compile_template(source)
         tok = lambda i: self.tk.id_to_token(i) if i is not None else ""
-        return self._template.render(
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=tok(self.bos_token_id),
-            eos_token=tok(self.eos_token_ids[0] if self.eos_token_ids else None),
-            **kwargs,
+        special = {
+            "bos_token": tok(self.bos_token_id),
+            "eos_token": tok(self.eos_token_ids[0] if self.eos_token_ids else None),
+        }
+        context = {"tools": tools, "documents": None, **special, **kwargs}
+        return template.render(
+            messages=_template_messages(messages), add_generation_prompt=add_generation_prompt, **context
         )
 
     def encode_chat(self, messages: list[dict[str, str]], **kwargs: Any) -> list[int]:
@@ -265,15 +288,52 @@ def _token_id(tk: HFTokenizer, tok: Any) -> int | None:
     return tk.token_to_id(tok) if isinstance(tok, str) else None
 
 
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")  # transformers' names for a message's reasoning
+
+
+def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as transformers hands them to a template: no None values, reasoning under every name templates read."""
+    out = []
+    for m in messages:
+        m = {k: v for k, v in m.items() if v is not None}
+        reasoning = next((m[k] for k in REASONING_FIELDS if m.get(k) is not None), None)
+        if reasoning is not None:
+            m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+        out.append(m)
+    return out
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    # not jinja2's own tojson, which escapes HTML characters (transformers' filter, options included)
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 def _compile_template(source: str):
+    from jinja2 import nodes
     from jinja2.exceptions import TemplateError
+    from jinja2.ext import Extension
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):
+        """`{% generation %}...{% endgeneration %}` (transformers' assistant-mask tag) renders its body."""
+
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
 
     def raise_exception(message: str):
         raise TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, "jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(source)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+GRAMMAR_MASK_S = 35e-6  # see LatencyConfig.grammar_mask_s
+
 
 @dataclass(frozen=True, slots=True)
 class LatencyConfig:
@@ -25,6 +27,9 @@ class LatencyConfig:
     - p2p_latency_s 10 us: fixed cost of one pipeline-stage activation send.
     - pp_stage_loss 0.02: time lost per extra pipeline stage (imbalance, per-stage launches), as a
       fraction of the step (the DistServe seed's worked example: 2% per extra stage).
+    - grammar_mask_s 35 us: a structured-output row's token mask, filled on the host and applied to its
+      logits before the pick (llguidance on a 49,152-token vocabulary here: 14 us to fill, about 20 to
+      apply; benchmarks/structured_outputs_choice.py), serial with the step.
     - overlap 1.0: how much of a kernel group's shorter bound (compute or memory) hides under the
       longer one: 1 = perfectly (time = max), 0 = not at all (time = sum). Below 1, a prefill
       chunk in a decode step costs time even while the step is memory-bound (interference).
@@ -40,6 +45,7 @@ class LatencyConfig:
     p2p_latency_s: float = 10e-6
     overlap: float = 1.0
     pp_stage_loss: float = 0.02
+    grammar_mask_s: float = GRAMMAR_MASK_S
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.pp_stage_loss < 1.0:
@@ -50,7 +56,7 @@ class LatencyConfig:
             v = getattr(self, f)
             if not 0.0 < v <= 1.0:
                 raise ValueError(f"{f} must be in (0, 1], got {v}")
-        for f in ("step_overhead_s", "allreduce_latency_s", "p2p_latency_s"):
+        for f in ("step_overhead_s", "allreduce_latency_s", "p2p_latency_s", "grammar_mask_s"):
             v = getattr(self, f)
             if not v >= 0.0:
                 raise ValueError(f"{f} must be >= 0, got {v}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from fluidpd.latency.config import GRAMMAR_MASK_S
 from fluidpd.latency.roofline import RooflineModel
 from fluidpd.latency.shape import StepShape
 from fluidpd.specs.hardware import HardwareSpec, shipped_profile
@@ -175,7 +176,7 @@ class ProfiledModel(RooflineModel):
     def step_time(self, shape: StepShape) -> float:
         if shape.prefill_tokens + shape.decode_tokens == 0:
             return 0.0
-        return self.fit(shape)
+        return self.fit(shape) + shape.masked_rows * GRAMMAR_MASK_S  # (profiles are of unconstrained steps)
 
     def stage_time(self, shape: StepShape) -> float:
         return self.step_time(shape)

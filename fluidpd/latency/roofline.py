@@ -108,7 +108,8 @@ class RooflineModel:
         if tok == 0:
             return 0.0
         t = self._layers(shape, tok)
-        return t * self._pp_loss + (self.pp - 1) * (tok * self._pp_tok + self._pp_fixed) + self._overhead
+        pp = (self.pp - 1) * (tok * self._pp_tok + self._pp_fixed)
+        return t * self._pp_loss + pp + self._overhead + shape.masked_rows * self.config.grammar_mask_s
 
     def stage_time(self, shape: StepShape) -> float:
         """Time of the slowest pipeline stage: the throughput-limiting step interval."""
@@ -116,7 +117,8 @@ class RooflineModel:
         if tok == 0:
             return 0.0
         t = self._layers(shape, tok)
-        return t * self._pp_loss / self.pp + tok * self._pp_tok + self._pp_fixed + self._overhead
+        mask = shape.masked_rows * self.config.grammar_mask_s
+        return t * self._pp_loss / self.pp + tok * self._pp_tok + self._pp_fixed + self._overhead + mask
 
     def prefill_time(self, n_tokens: int, prior: int = 0) -> float:
         """One prefill chunk of `n_tokens` after `prior` cached tokens, alone in a step."""

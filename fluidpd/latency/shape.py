@@ -15,6 +15,7 @@ class StepShape:
     prefill_kv_read: int = 0  # sum over chunks of prior context tokens whose KV is re-read
     decode_tokens: int = 0  # number of decoding sequences (one token each)
     decode_ctx: int = 0  # sum of their context lengths (KV tokens read)
+    masked_rows: int = 0  # sampled rows whose logits a grammar masks first (structured outputs)
 
     def add_chunk(self, c: int, prior: int) -> None:
         """Add a prefill chunk of `c` tokens that follows `prior` already-cached tokens."""
@@ -38,5 +39,5 @@ class StepShape:
     def clear(self) -> None:
         """Reset to an empty step (lets a simulator reuse one object)."""
         self.prefill_tokens = self.prefill_seqs = self.prefill_kv_read = 0
-        self.decode_tokens = self.decode_ctx = 0
+        self.decode_tokens = self.decode_ctx = self.masked_rows = 0
         self.prefill_attn_pairs = 0.0

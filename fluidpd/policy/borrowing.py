@@ -105,7 +105,7 @@ class Borrowing:
     def _helpers(self, req: Request, free: list, room: dict[int, int]) -> list:
         """Decode workers that take the other pieces of a long prompt (`room` by worker id)."""
         c = self.config
-        if req.prompt_len < c.split_min_tokens or c.max_split < 2 or req.prefill_target != req.prompt_len:
+        if req.prompt_len < c.split_min_tokens or c.max_split < 2 or req.prefill_target != req.prompt_len or req.n > 1:
             return []
         piece = -(-req.prompt_len // c.max_split)
         ok = [w for w in free if room[w.id] >= blocks_for(piece, w.block_size)]

@@ -249,7 +249,7 @@ class FluidToken(Borrowing):
             lo = _largest(self._fits(b, prior, left), max(1, min(c_max, todo)))
             if lo < self.config.min_chunk and lo < todo:
                 break
-            if not room.admit(req.prefilled, req.prefill_target, w.block_size):
+            if not room.admit(req.prefilled, req.prefill_target, w.block_size, req):
                 break
             chunks.append((req, lo))
             b += lo

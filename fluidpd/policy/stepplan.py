@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.request import Request
-from fluidpd.policy.view import StepPlan, WorkerView, blocks_for
+from fluidpd.policy.view import StepPlan, WorkerView, blocks_for, group_blocks
 
 
 @dataclass(slots=True)
@@ -27,11 +27,15 @@ class Admission:
     def of(cls, w: WorkerView, max_num_seqs: int) -> Admission:
         return cls(w.free_blocks, max_num_seqs - w.num_decoding - w.num_held - w.num_prefilling)
 
-    def admit(self, prefilled: int, target: int, block_size: int) -> bool:
-        """Reserve room for a request's whole prefill when it starts; True when it fits."""
+    def admit(self, prefilled: int, target: int, block_size: int, req=None) -> bool:
+        """Reserve room for a request's whole prefill when it starts (`req`: a request group's
+        blocks after its fork); True when it fits."""
         if prefilled > 0:
             return True
-        need = blocks_for(target, block_size)
+        if req is not None and getattr(req, "n", 1) > 1:
+            need = group_blocks(req.prompt_len, req.live, req.prompt_len + req.generated, block_size)
+        else:
+            need = blocks_for(target, block_size)
         if need > self.free_blocks or self.free_seqs <= 0:
             return False
         self.free_blocks -= need
@@ -79,7 +83,7 @@ def whole_prompts(
             need = max_chunk
         if chunks and tokens + need > max_tokens:
             break
-        if not room.admit(req.prefilled, req.prefill_target, w.block_size):
+        if not room.admit(req.prefilled, req.prefill_target, w.block_size, req):
             break
         chunks.append((req, need))
         tokens += need
@@ -96,7 +100,7 @@ def chunks_within(w: WorkerView, budget: int, max_num_seqs: int, late: Callable 
     for req in on_time_first(w.queue, late):
         if budget <= 0:
             break
-        if not room.admit(req.prefilled, req.prefill_target, w.block_size):
+        if not room.admit(req.prefilled, req.prefill_target, w.block_size, req):
             break
         c = min(req.prefill_remaining, budget)
         chunks.append((req, c))

@@ -108,3 +108,10 @@ class StepPlan:
 def blocks_for(tokens: int, block_size: int) -> int:
     """KV blocks holding `tokens` tokens."""
     return -(-tokens // block_size)
+
+
+def group_blocks(prompt_len: int, live: int, stored: int, block_size: int) -> int:
+    """KV blocks of a request group whose `live` sequences hold `stored` tokens each: the prompt's full
+    blocks once, the rest per sequence."""
+    full = prompt_len // block_size
+    return full + live * (blocks_for(stored, block_size) - full)

@@ -16,6 +16,8 @@ class TokenEvent:
     logprobs: list | None = None  # engine TokenLogprob per new token, when asked for
     error: str | None = None  # set with finish_reason "error": what went wrong
     cached_tokens: int | None = None  # on a request's first event: prompt tokens served by the prefix cache
+    prompt_logprobs: list | None = None  # on its first event, when asked: TokenLogprob per prompt token (None first)
+    index: int = 0  # the sequence (choice) of an n > 1 request these tokens belong to
 
 
 @dataclass(slots=True)

@@ -5,7 +5,8 @@
     worker.close()                                   idempotent
 
 Methods (executed on the worker's engine, strictly in submission order per worker):
-    add_request(request_id, prompt_token_ids, params) -> request_id
+    add_request(request_id, prompt_token_ids, params, produced=None) -> request_id
+                                                     (n > 1: produced[j], choice j's tokens so far; None: it finished)
     run_step(plan: StepPlan) -> StepResult
     abort(request_id) -> bool
     export_kv(request_id, release=True, transport=None, skip_blocks=0) -> KVHandle

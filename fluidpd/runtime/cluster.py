@@ -18,6 +18,7 @@ from fluidpd.core.request import Request
 from fluidpd.latency.shape import StepShape
 from fluidpd.policy.base import Policy
 from fluidpd.policy.view import StepPlan
+from fluidpd.runtime import groups
 from fluidpd.runtime.api import TokenEvent
 from fluidpd.runtime.kv_moves import KVMoves
 from fluidpd.runtime.kv_tiers import KVTierMeter
@@ -114,7 +115,8 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         reason = self.end_reason(req, live)
         if live.aborted and live.engine_worker >= 0:  # the engine still holds it: drop it there
             self.backends[live.engine_worker].submit("abort", live.engine_id)
-        live.stream.put(TokenEvent([], reason))
+        for event in groups.end_events(live, reason):
+            live.stream.put(event)
 
     def end_reason(self, req: Request, live: Live | None = None) -> str:
         live = live or self.live.get(req.id)
@@ -171,7 +173,18 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         live.engine_id = f"{live.request.id}.{live.admissions}"
         live.engine_worker = wid
         req = live.request
-        params = replace(live.params, max_tokens=req.output_len - req.generated)
+        if req.n > 1:  # a group: its choices' tokens so far (its prompt is computed once)
+            ids, group_params, produced = groups.engine_args(live)
+            fut = self.backends[wid].submit("add_request", live.engine_id, ids, group_params, produced)
+            fut.add_done_callback(lambda f: self.loop.soon(self._admitted, live, f))
+            return
+        # a recompute scores no prompt again: its logprobs went out with the first token (a restart before
+        # that scores it anew, from the start)
+        rescored = live.params.prompt_logprobs if req.generated == 0 else None
+        params = replace(
+            live.params, max_tokens=max(0, live.params.max_tokens - req.generated), prompt_logprobs=rescored
+        )
+        live.prompt_logprobs = None
         fut = self.backends[wid].submit("add_request", live.engine_id, live.prompt_ids + live.out_ids, params)
         fut.add_done_callback(lambda f: self.loop.soon(self._admitted, live, f))
 
@@ -205,10 +218,18 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
                 continue
             if live.planned_cached >= 0:
                 self._cache_hit(w, live, out.num_cached_tokens, out.num_loaded_tokens)
-            if out.new_token_ids:
+            if live.request.n > 1:
+                groups.on_output(w, live, out, stopped)
+                continue
+            if out.prompt_logprobs:
+                live.prompt_logprobs = (live.prompt_logprobs or []) + out.prompt_logprobs
+            if out.new_token_ids or (out.finished and not live.out_ids and live.params.max_tokens == 0):
                 first = None if live.out_ids else live.request.cached_tokens
+                plp, live.prompt_logprobs = live.prompt_logprobs, None
                 live.out_ids.extend(out.new_token_ids)
-                live.stream.put(TokenEvent(list(out.new_token_ids), logprobs=out.logprobs, cached_tokens=first))
+                live.stream.put(
+                    TokenEvent(list(out.new_token_ids), logprobs=out.logprobs, cached_tokens=first, prompt_logprobs=plp)
+                )
                 if live.request.block_hashes:
                     extend_hashes(live, w.block_size)
             if out.finished or live.aborted:
@@ -260,4 +281,5 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
         live = self.live[req.id]
         self.backends[w.id].submit("abort", live.engine_id)
         live.engine_worker = -1
+        groups.restarting(req)
         super().preempt(w, req)

@@ -205,9 +205,12 @@ class Coordinator(Admin):
             raise ValueError(
                 f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds max_model_len {self.max_model_len}"
             )
-        req = self._request(cl, ids, params.max_tokens)
+        req = self._request(cl, ids, max(1, params.max_tokens))  # (max_tokens 0: the prefill's "token" ends it)
+        if params.prompt_logprobs is not None:
+            req.block_hashes = []  # every prompt token's logits are computed: no cached prefix is planned
+        req.n = req.live = params.n  # n > 1: one request group, n decode sequences
         self._admit(cl, req)
-        stream = Stream(request.request_id, _abort=lambda s, rid=req.id: cl.abort(rid))
+        stream = Stream(request.request_id, _abort=lambda s, rid=req.id: cl.abort(rid), ends=params.n)
         cl.add(Live(req, list(ids), params, stream))
         return stream
 

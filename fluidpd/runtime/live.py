@@ -25,6 +25,13 @@ class Live:
     error: str | None = None  # why its engine refused it
     planned_cached: int = -1  # the cache hit its admission planned on its engine (-1: not admitted yet)
     step_timeouts: int = 0  # steps prefilling it that ran over the step timeout (their workers were lost)
+    prompt_logprobs: list | None = None  # scored by the worker that prefilled, sent with its first event
+    choices: list[list[int]] = field(default_factory=list)  # n > 1: each choice's tokens (out_ids stays empty)
+    choice_reasons: dict[int, str] = field(default_factory=dict)  # n > 1: the choices that finished, why
+
+    @property
+    def sent_any(self) -> bool:
+        return bool(self.out_ids) or any(self.choices)
 
 
 def extend_hashes(live: Live, block_size: int) -> None:

@@ -16,6 +16,7 @@ import threading
 import time
 
 from fluidpd.core.request import Request
+from fluidpd.runtime import groups
 from fluidpd.world.events import EventKind
 
 log = logging.getLogger("fluidpd.runtime")
@@ -82,6 +83,7 @@ class WorkerRecovery:
                 )
                 self.fail(req, f"its prefill ran over the step timeout on {live.step_timeouts} workers")
                 return
+        groups.restarting(req)
         super().restart(req)
 
     def _replace(self, wid: int) -> None:

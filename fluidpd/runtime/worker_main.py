@@ -56,8 +56,14 @@ class EngineService:
         return getattr(self, method)(*args, **(kwargs or {}))
 
     # ------------------------------------------------------------------ methods
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None) -> str:
-        return self.engine.add_request(list(prompt_token_ids), params, request_id)
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams | None = None,
+        produced: list[list[int] | None] | None = None,
+    ) -> str:
+        return self.engine.add_request(list(prompt_token_ids), params, request_id, produced=produced)
 
     def run_step(self, plan: StepPlan):
         return self.engine.run_step(plan)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from fluidpd.core.knobs import knob
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+TOOL_CALL_PARSERS = ("hermes",)  # the names fluidpd.server.tools.TOOL_PARSERS registers
 
 
 @dataclass(slots=True)
@@ -29,6 +30,12 @@ class ServeConfig:
         None,
         "comma-separated Host header names served, '*' any (default: loopback names on a loopback --host, else any)",
     )
+    chat_template: str | None = knob(
+        None, "chat template used instead of the model's: a file path, or the template itself (as vLLM's flag)"
+    )
+    tool_call_parser: str = knob(
+        "hermes", "how tool calls are read from the output when tool_choice is auto", choices=TOOL_CALL_PARSERS
+    )
     shutdown_timeout_s: float = knob(
         30.0,
         "on SIGTERM/Ctrl-C, how long the admitted requests may take to finish (new ones get 503) before "
@@ -46,3 +53,25 @@ class ServeConfig:
             raise ValueError(f"max_body_bytes must be >= 1024, got {self.max_body_bytes}")
         if self.served_model_name is not None and not self.served_model_name.strip():
             raise ValueError("served_model_name must not be empty")
+        if self.tool_call_parser not in TOOL_CALL_PARSERS:
+            raise ValueError(
+                f"tool_call_parser must be one of {', '.join(TOOL_CALL_PARSERS)}, got {self.tool_call_parser!r}"
+            )
+        load_chat_template(self.chat_template)  # fails here on a path that cannot be read
+
+
+def load_chat_template(template: str | None) -> str | None:
+    """The text of a chat template given as a file path or inline, as vLLM's load_chat_template: a value that
+    cannot be opened is the template itself (its escapes decoded) if it holds a jinja character, else an error."""
+    if template is None:
+        return None
+    try:
+        with open(template) as f:
+            return f.read()
+    except OSError as exc:
+        if not any(c in template for c in "{}\n"):
+            raise ValueError(
+                f"the chat template {template!r} looks like a file path, but cannot be opened: {exc}"
+            ) from None
+        # escapes (\n, \t...) decoded; characters beyond latin-1 pass through as escapes, so they survive
+        return template.encode("latin-1", "backslashreplace").decode("unicode_escape")

@@ -15,6 +15,9 @@ class ChoiceOutput:
 
     def __init__(self, tokenizer, prompt_ids: list[int], params, chat: bool) -> None:
         self.tok = tokenizer
+        self.params = params
+        self.finish_reason: str | None = None
+        self.all_logprobs: list | None = [] if params.logprobs is not None else None
         self.prompt_len = len(prompt_ids)
         self.detok = IncrementalDetokenizer(tokenizer, prompt_ids, params.stop, params.include_stop_str_in_output)
         self.hidden = set(params.stop_token_ids)
@@ -30,11 +33,56 @@ class ChoiceOutput:
         if event.cached_tokens is not None:
             self.cached_tokens = event.cached_tokens
         self.token_ids += ids
+        if event.logprobs is not None and self.all_logprobs is not None:
+            self.all_logprobs += event.logprobs
         shown = ids[:-1] if event.finish_reason == "stop" and ids and ids[-1] in self.hidden else ids
         delta = self.detok.add(shown)
         if event.finish_reason is not None:
+            self.finish_reason = event.finish_reason
             delta += self.detok.finish(event.finish_reason)
         return delta
+
+    @property
+    def text(self) -> str:
+        return self.detok.output_text
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.params.logprobs is not None
+
+    def prompt_token_logprobs(self, prompt_ids: list[int], plps: list | None) -> dict:
+        """Completions logprobs of an echoed prompt: its first token has none (null), as OpenAI's."""
+        tokens, token_lps, tops, offsets = [], [], [], []
+        for i, tid in enumerate(prompt_ids):
+            lp = plps[i] if plps is not None and i < len(plps) else None
+            piece = self._piece(tid)
+            tokens.append(piece)
+            token_lps.append(None if lp is None else finite(lp.logprob))
+            top = (
+                None
+                if lp is None
+                else {self._piece(t): finite(v) for t, v in sorted(lp.top.items(), key=lambda kv: -kv[1])}
+            )
+            tops.append(None if lp is None else (top or {piece: finite(lp.logprob)}))
+            offsets.append(self.text_offset)
+            self.text_offset += len(piece)
+        return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
+
+    def vllm_prompt_logprobs(self, prompt_ids: list[int], plps: list) -> list:
+        """vLLM's `prompt_logprobs`: per prompt token None (the first) or {token id: {logprob, rank, decoded_token}}."""
+        out: list = []
+        for tid, lp in zip(prompt_ids, plps):
+            if lp is None:
+                out.append(None)
+                continue
+            ranked = sorted(lp.top.items(), key=lambda kv: -kv[1])
+            entry = {
+                str(t): {"logprob": finite(v), "rank": r, "decoded_token": self._piece(t)}
+                for r, (t, v) in enumerate(ranked, 1)
+            }
+            entry[str(tid)] = {"logprob": finite(lp.logprob), "rank": lp.rank, "decoded_token": self._piece(tid)}
+            out.append(entry)
+        return out
 
     def usage(self) -> dict:
         n = len(self.token_ids)

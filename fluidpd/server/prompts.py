@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from fluidpd.server.errors import bad_request
 from fluidpd.server.protocol import ChatMessage
 
 
-def completion_prompt(tokenizer, prompt) -> list[int]:
-    """The ids of a completions `prompt`: one text, one list of ids, or a list holding one of those."""
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        if len(prompt) != 1:
-            raise bad_request(f"only one prompt per request (got {len(prompt)}); send them separately", "prompt")
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        ids = tokenizer.encode(prompt)
-    else:
-        ids = check_token_ids(tokenizer, prompt, "prompt")
-    if not ids:
-        raise bad_request("prompt is empty", "prompt")
-    return ids
+def completion_prompts(tokenizer, prompt) -> list[list[int]]:
+    """The ids of each prompt of a completions `prompt`: one text or list of ids, or a batch of either."""
+    batch = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)) else [prompt]
+    out = []
+    for i, p in enumerate(batch):
+        param = "prompt" if len(batch) == 1 else f"prompt[{i}]"
+        ids = tokenizer.encode(p) if isinstance(p, str) else check_token_ids(tokenizer, p, param)
+        if not ids:
+            raise bad_request(f"{param} is empty", "prompt")
+        out.append(ids)
+    return out
 
 
 def check_token_ids(tokenizer, ids: list[int], param: str) -> list[int]:
@@ -33,17 +34,18 @@ def check_token_ids(tokenizer, ids: list[int], param: str) -> list[int]:
     return list(ids)
 
 
-def chat_prompt(tokenizer, messages: list[ChatMessage]) -> list[int]:
-    """The ids of `messages` rendered by the model's chat template."""
+def chat_prompt(tokenizer, messages: list[ChatMessage], tools: list[dict] | None = None) -> list[int]:
+    """The ids of `messages` (and `tools`, OpenAI tool dicts, where given) rendered by the model's chat template."""
     msgs = chat_messages(messages)
     try:
-        return tokenizer.encode_chat(msgs)
+        return tokenizer.encode_chat(msgs, **({} if tools is None else {"tools": tools}))
     except Exception as exc:  # noqa: BLE001 - template errors are the client's message shape
         raise bad_request(f"cannot apply the chat template: {exc}", "messages") from None
 
 
-def chat_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
-    """Messages as the chat template wants them: role + text content."""
+def chat_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as the chat template wants them (as vLLM hands them to transformers): role, text content, and
+    an assistant's tool_calls (each call's arguments parsed to a dict), a tool result's tool_call_id, a name."""
     if not messages:
         raise bad_request("messages must not be empty", "messages")
     out = []
@@ -61,5 +63,32 @@ def chat_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
                 parts.append(part["text"])
             text = "\n".join(parts)
         role = "system" if m.role == "developer" else m.role
-        out.append({"role": role, "content": text})
+        msg: dict[str, Any] = {"role": role, "content": text}
+        if role == "assistant" and m.tool_calls is not None:
+            msg["tool_calls"] = [
+                _template_tool_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(m.tool_calls)
+            ]
+        if role == "tool" and m.tool_call_id is not None:
+            msg["tool_call_id"] = m.tool_call_id
+        if m.name is not None:
+            msg["name"] = m.name
+        out.append(msg)
     return out
+
+
+def _template_tool_call(call: dict[str, Any], where: str) -> dict[str, Any]:
+    """A copy of an assistant's tool call with its function's JSON arguments as a dict (vLLM: none or "" is {})."""
+    fn = call.get("function")
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise bad_request(
+            f"{where}: a tool call is {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}", "messages"
+        )
+    args = fn.get("arguments")
+    if not args:
+        args = {}
+    elif not isinstance(args, (dict, list)):
+        try:
+            args = json.loads(args)
+        except (TypeError, ValueError):
+            raise bad_request(f"{where}.function.arguments is not JSON: {args!r:.200}", "messages") from None
+    return {**call, "function": {**fn, "arguments": args}}

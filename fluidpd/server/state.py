@@ -6,6 +6,7 @@ import time
 
 from fastapi import Request
 
+from fluidpd.server.config import load_chat_template
 from fluidpd.server.errors import APIError
 from fluidpd.server.metrics import ServerMetrics
 
@@ -17,6 +18,9 @@ class ServerState:
         self.runtime = runtime
         self.config = config  # ServeConfig
         self.tokenizer = runtime.tokenizer
+        template = load_chat_template(getattr(config, "chat_template", None))
+        if template is not None and self.tokenizer is not None:  # --chat-template: this server's prompts only
+            self.tokenizer = self.tokenizer.with_chat_template(template)
         self.model_name: str = runtime.model_name
         self.metrics = ServerMetrics(runtime, self.model_name)
         self.created = int(time.time())

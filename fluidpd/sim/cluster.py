@@ -137,6 +137,8 @@ class SimCluster(World):
     def _send(self, i: int, at_s: float) -> None:
         _, prompt, output = self._arrivals
         req, t = Request(i, at_s, prompt[i], output[i]), self.trace
+        if t.n is not None:
+            req.n = req.live = int(t.n[i])
         if self._hash_ids is not None:
             ids = world_block_ids(self._hash_ids[i], self._trace_block, self.config.block_size, named_tokens(t, i))
             req.block_hashes = ids.tolist()

@@ -45,11 +45,16 @@ def synthetic(
     cv: float = 1.0,
     seed: Seed = 0,
     name: str = "synthetic",
+    samples: LengthSpec = 1,
 ) -> Trace:
-    """n requests with lengths from the given specs and Poisson or Gamma(cv) arrivals at `rate` req/s."""
+    """n requests with lengths from the given specs and Poisson or Gamma(cv) arrivals at `rate` req/s;
+    `samples`: sequences each samples from its one prefill (a request group when > 1; a spec like a length's)."""
     rng = np.random.default_rng(seed)
     t = arrival_times(arrivals, rate, cv=cv, n=n, seed=rng)
-    return Trace(name, t, sample_lengths(prompt_len, n, rng), sample_lengths(output_len, n, rng))
+    trace = Trace(name, t, sample_lengths(prompt_len, n, rng), sample_lengths(output_len, n, rng))
+    if samples != 1:  # (drawn after the lengths: a trace without groups is unchanged)
+        trace.n = sample_lengths(samples, n, rng)
+    return trace
 
 
 def fixed_lengths(n: int, rate: float, prompt: int = 512, output: int = 64, *, seed: Seed = 0) -> Trace:

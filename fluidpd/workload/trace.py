@@ -24,6 +24,7 @@ class Trace:
     # time after the session's previous request completes (its arrival_s is the open-loop time)
     session: np.ndarray | None = None  # int64 session id per request (-1: not in a session)
     think_time_s: np.ndarray | None = None  # float64 pause after the previous turn's answer
+    n: np.ndarray | None = None  # int64 sequences sampled per request (one prefill, n decodes); None: 1 each
 
     def __post_init__(self) -> None:
         self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)
@@ -45,6 +46,10 @@ class Trace:
         if self.hash_ids is not None and len(self.hash_ids) != n[0]:
             raise ValueError(f"trace {self.name!r}: {len(self.hash_ids)} hash_ids lists for {n[0]} requests")
         self._check_sessions(n[0])
+        if self.n is not None:
+            self.n = np.asarray(self.n, dtype=np.int64)
+            if self.n.shape != n or (n[0] and self.n.min() < 1):
+                raise ValueError(f"trace {self.name!r}: n must hold one count >= 1 per request")
         if self.span_s is not None and (not np.isfinite(self.span_s) or (n[0] and self.span_s < self.arrival_s[-1])):
             raise ValueError(f"trace {self.name!r}: span_s={self.span_s} ends before the last arrival")
 

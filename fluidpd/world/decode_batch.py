@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from fluidpd.core.request import Request
+from fluidpd.policy.view import blocks_for
 
 
 class DecodeBatch:
@@ -23,6 +24,7 @@ class DecodeBatch:
     __slots__ = (
         "buckets",
         "decode_ctx_sum",
+        "decode_rows",
         "decode_steps",
         "decoding",
         "finishing",
@@ -39,13 +41,16 @@ class DecodeBatch:
         id: int
         block_size: int
         busy: bool
+        held: dict[int, Request]
 
         @staticmethod
         def stored(req: Request) -> int: ...
+        def free(self, blocks: int) -> None: ...
 
     def init_decode_batch(self, block_size: int) -> None:
         self.decoding: dict[int, Request] = {}
-        self.decode_ctx_sum = 0  # stored KV tokens over decoding requests
+        self.decode_ctx_sum = 0  # stored KV tokens over decoding sequences
+        self.decode_rows = 0  # sequences decoding (a request group counts its live ones): the batch size
         self.decode_steps = 0
         self.over_cum = 0  # decode steps whose gap exceeded SLO_TBT
         self.last_decode_end = math.nan
@@ -66,8 +71,9 @@ class DecodeBatch:
         s0 = self.stored(req)
         bucket = (self.decode_steps + 1 - s0) % self.block_size
         self.decoding[req.id] = req
-        self.decode_ctx_sum += s0
-        self.buckets[bucket] += 1
+        self.decode_ctx_sum += req.live * s0
+        self.decode_rows += req.live
+        self.buckets[bucket] += req.live
         self.marks[req.id] = (-1, 0, bucket)
         end = self.decode_steps + max(1, req.output_len - req.generated)
         self.synced[req.id] = (self.decode_steps, end)
@@ -86,13 +92,36 @@ class DecodeBatch:
             if not finishing:
                 del self.finishing[end]
         steps, over, bucket = self.marks.pop(req.id)
-        self.buckets[bucket] -= 1
-        self.decode_ctx_sum -= self.stored(req)
+        self.buckets[bucket] -= req.live
+        self.decode_rows -= req.live
+        self.decode_ctx_sum -= req.live * self.stored(req)
         if steps < 0:
             self.joiners.remove(req)
         else:
             req.add_gaps(self.decode_steps - steps, self.over_cum - over)
             req.last_token_s = self.last_decode_end
+
+    def drop_sequence(self, req: Request) -> None:
+        """One sequence of group `req` (its KV here) stopped before the others: its own blocks are freed,
+        the decode batch shrinks (the engine said so: the simulator runs every sequence to its length)."""
+        if req.live <= 1:
+            raise ValueError(f"request {req.id}: its last sequence ends the request (finish it)")
+        if req.id in self.decoding:
+            self.shrink(req)
+            stored = self.stored(req) + 1  # the step in flight holds its last token's KV
+        elif req.prefilled < req.prefill_target:  # in the step of its last chunk (that sampled)
+            stored = req.prompt_len + req.generated
+        else:
+            stored = self.stored(req)
+        self.free(blocks_for(stored, self.block_size) - req.prompt_len // self.block_size)
+        req.live -= 1
+
+    def shrink(self, req: Request) -> None:
+        """One sequence of decoding group `req` stopped (the caller then lowers `req.live`)."""
+        self.sync(req)
+        self.buckets[self.marks[req.id][2]] -= 1
+        self.decode_rows -= 1
+        self.decode_ctx_sum -= self.stored(req)
 
     def sync(self, req: Request) -> None:
         """Bring decoding `req`'s `generated` up to date: one token per decode step since last synced."""
@@ -122,10 +151,10 @@ class DecodeBatch:
         """Account one finished decode step at `now`; returns the requests that finished (reached
         their output length, or are in `stopped`: ended early by the engine)."""
         self.decode_steps += 1
-        n = len(self.decoding)
-        self.decode_ctx_sum += n
+        rows = self.decode_rows
+        self.decode_ctx_sum += rows
         joiners = self.joiners
-        continuing = n - len(joiners)
+        continuing = len(self.decoding) - len(joiners)
         if continuing:
             gap = now - self.last_decode_end
             on_gap(gap, continuing)
@@ -150,5 +179,5 @@ class DecodeBatch:
             done = list(finishing.values())
         for req in done:
             self.sync(req)
-        self.tokens_out += n
+        self.tokens_out += rows
         return done

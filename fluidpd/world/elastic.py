@@ -102,7 +102,7 @@ class Elastic:
         req, home = spread.request, self.workers[spread.home]
         req.prefilled = req.prefill_target
         req.emit(self.loop.now)
-        w.tokens_out += 1
+        w.tokens_out += req.live
         for p in spread.pieces[1:]:  # piece 0 ran at home; the reservation holds the rest
             src = self.workers[p.worker]
             if src is home:

@@ -37,7 +37,7 @@ class Failures:
             if req.id not in bad and req.worker == w.id:  # admitted by this step: its cache hit undone
                 w.num_prefilling -= 1
                 if isinstance(req, Request):
-                    w.release(req, blocks_for(req.prefill_target, w.block_size), 0)
+                    w.release(req, w.prefill_blocks(req), 0)
                 else:
                     w.free(blocks_for(req.prefill_target, w.block_size))
                 w.queued_tokens += req.prefilled
@@ -59,7 +59,7 @@ class Failures:
                 w.dequeue(req)
                 if req.worker == w.id:
                     w.num_prefilling -= 1
-                    w.release(req, blocks_for(req.prefill_target, w.block_size), req.prefilled)
+                    w.release(req, w.prefill_blocks(req), req.prefilled)
             elif req.id in w.decoding:
                 w.leave(req)
                 w.release(req)

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from fluidpd.core.request import Request
 from fluidpd.policy.routing import NoRoutableWorker
-from fluidpd.policy.view import blocks_for
 from fluidpd.world.links import HANDOFF
 from fluidpd.world.worker import WorkerState
 
@@ -83,7 +82,7 @@ class Handoff:
         while d.pulls:
             req = d.pulls[0]
             need = d.blocks_of(req)
-            if need > d.free_blocks or len(d.decoding) >= limit:
+            if need > d.free_blocks or (d.decode_rows and d.decode_rows + req.live > limit):
                 return
             d.pulls.popleft()
             d.pull_blocks_pending -= need
@@ -126,7 +125,7 @@ class Handoff:
         """The decode phase alone: the prompt's KV is in place and its first token out; the request
         waits for decode room like a pulled hand-off (with nothing to transfer)."""
         d = self.workers[self.policy.route(req, self)]
-        if blocks_for(req.prompt_len + req.output_len, d.block_size) > d.kv_blocks_full:
+        if d.group_blocks(req, req.prompt_len + req.output_len) > d.kv_blocks_full:
             self.reject(req)
             return
         req.prefilled = req.prefill_target

@@ -103,10 +103,9 @@ class World(Handoff, Failures, Elastic, Recovery):
         except NoRoutableWorker:  # e.g. its role's only worker died: it waits for one
             self.parked.append(req)
             return
-        bs = w.block_size
         if (
-            blocks_for(req.prompt_len + req.output_len, bs) > w.kv_blocks_full
-            or blocks_for(req.prefill_target, bs) > w.kv_blocks_total
+            w.group_blocks(req, req.prompt_len + req.output_len) > w.kv_blocks_full
+            or w.prefill_blocks(req) > w.kv_blocks_total
         ):
             self.reject(req)
             return
@@ -161,14 +160,16 @@ class World(Handoff, Failures, Elastic, Recovery):
                     joiner.held_first = False
             w.step_growth = w.growth_blocks()
             w.allocate(w.step_growth)
-            n = len(w.decoding)
+            n = w.decode_rows  # sequences: a request group's live ones each
             shape.add_decodes(n, w.decode_ctx_sum + n)
         if w.admitted:
             w.admitted = []
         now, chunks, wake, full = self.loop.now, [], math.inf, False
         for req, c in plan.chunks:
             if req.prefilled == 0:
-                need = blocks_for(req.prefill_target, w.block_size)
+                need = (
+                    w.prefill_blocks(req) if isinstance(req, Request) else blocks_for(req.prefill_target, w.block_size)
+                )
                 # decode growth took the room the planner counted on: no admission from here on (the
                 # requests already started, which hold their KV, go on: else they could wait forever)
                 full = full or need > w.free_blocks
@@ -277,7 +278,7 @@ class World(Handoff, Failures, Elastic, Recovery):
             self.metrics.on_gap(gap)
             req.add_gap(gap, self.slo_tbt)
         req.emit(self.loop.now)
-        w.tokens_out += 1
+        w.tokens_out += req.live
         if req.finished or req.id in stopped:
             w.release(req)
             self.finish(req)

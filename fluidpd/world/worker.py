@@ -6,7 +6,7 @@ from collections import deque
 
 from fluidpd.core.piece import PrefillPiece
 from fluidpd.core.request import Request
-from fluidpd.policy.view import Role, blocks_for
+from fluidpd.policy.view import Role, blocks_for, group_blocks
 from fluidpd.world.decode_batch import DecodeBatch
 from fluidpd.world.host_tier import HostTier
 from fluidpd.world.prefix_cache import PrefixCache
@@ -103,8 +103,8 @@ class WorkerState(DecodeBatch):
 
     @property
     def num_running(self) -> int:
-        """Requests computed here: decoding, or prefilling a chunk."""
-        return len(self.decoding) + self.num_prefilling
+        """Sequences computed here: decoding (a group's live ones), or prefilling a chunk."""
+        return self.decode_rows + self.num_prefilling
 
     @property
     def num_waiting(self) -> int:
@@ -113,8 +113,9 @@ class WorkerState(DecodeBatch):
 
     @property
     def num_decoding(self) -> int:
-        """Requests decoding here, including those whose KV arrived during the step in flight."""
-        return len(self.decoding) + len(self.incoming)
+        """Sequences decoding here (decode rows: a group counts its live ones), including those whose
+        KV arrived during the step in flight."""
+        return self.decode_rows + sum(r.live for r in self.incoming)
 
     @property
     def num_held(self) -> int:
@@ -144,7 +145,20 @@ class WorkerState(DecodeBatch):
     def blocks_of(self, req: Request) -> int:
         if req.id in self.synced:
             self.sync(req)
-        return blocks_for(self.stored(req), self.block_size)
+        return self.group_blocks(req, self.stored(req))
+
+    def group_blocks(self, req: Request, stored: int) -> int:
+        """KV blocks of `req` with `stored` tokens per sequence: a group holds its prompt's full blocks
+        once and, per live sequence, the rest of its own."""
+        if req.n == 1:
+            return blocks_for(stored, self.block_size)
+        return group_blocks(req.prompt_len, req.live, stored, self.block_size)
+
+    def prefill_blocks(self, req: Request) -> int:
+        """KV blocks `req` holds once its prefill (of `prefill_target` tokens) is done."""
+        if req.n == 1:
+            return blocks_for(req.prefill_target, self.block_size)
+        return self.group_blocks(req, req.prompt_len + req.generated)
 
     def allocate(self, blocks: int) -> None:
         if blocks > self.free_blocks:
@@ -183,15 +197,20 @@ class WorkerState(DecodeBatch):
     def _whole_tail(self, req: Request, device: int, host: int) -> int:
         """block_size - 1 when `req`'s block-aligned prompt is cached whole in device memory (its last
         block is copied, all but its last token taken from it); else 0."""
-        n, rest = divmod(req.prefill_target, self.block_size)
+        n, rest = divmod(self._cache_span(req), self.block_size)
         if rest or host or device != n - 1 or len(req.block_hashes) < n:
             return 0
         return self.block_size - 1 if req.block_hashes[n - 1] in self.cache else 0
 
+    @staticmethod
+    def _cache_span(req: Request) -> int:
+        """Tokens of `req`'s prefill that one sequence holds: a group's cache hit is of its prompt only."""
+        return req.prefill_target if req.n == 1 else req.prompt_len
+
     def cached_blocks(self, req: Request) -> tuple[int, int]:
         """(device, host): `req`'s leading blocks cached in device memory, and the run after them
         in the host tier."""
-        hashes, limit = req.block_hashes, (req.prefill_target - 1) // self.block_size
+        hashes, limit = req.block_hashes, (self._cache_span(req) - 1) // self.block_size
         n = self.cache.match(hashes, limit)
         return n, (self.host.match(hashes, n, limit) if self.host is not None else 0)
 

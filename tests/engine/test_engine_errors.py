@@ -25,7 +25,7 @@ def test_prompt_larger_than_kv_pool(make_engine):
 def test_max_tokens_and_other_inputs(make_engine):
     eng = make_engine(num_kv_blocks=8)
     with pytest.raises(ValueError, match="max_tokens"):
-        eng.add_request("hi", SamplingParams(max_tokens=0))
+        eng.add_request("hi", SamplingParams(max_tokens=-1))
     with pytest.raises(ValueError, match="empty"):
         eng.add_request([])
     with pytest.raises(ValueError, match="out of range"):

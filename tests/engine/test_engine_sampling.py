@@ -124,7 +124,6 @@ def test_logprobs_shape_and_normalisation(make_engine, reference):
 @pytest.mark.parametrize(
     "field, bad",
     [
-        ("max_tokens", 0),
         ("max_tokens", -3),
         ("max_tokens", 2.0),
         ("max_tokens", True),
@@ -152,6 +151,16 @@ def test_logprobs_shape_and_normalisation(make_engine, reference):
         ("logprobs", -1),
         ("logprobs", MAX_LOGPROBS + 1),
         ("logprobs", 1.0),
+        ("n", 0),
+        ("n", 17),
+        ("presence_penalty", 2.5),
+        ("frequency_penalty", -2.5),
+        ("repetition_penalty", 0.0),
+        ("min_p", 1.5),
+        ("min_tokens", -1),
+        ("logit_bias", {1: 101.0}),
+        ("logit_bias", {"x": 1.0}),
+        ("prompt_logprobs", MAX_LOGPROBS + 1),
     ],
 )
 def test_sampling_params_validation_names_the_field(field, bad):

@@ -125,7 +125,7 @@ def test_chat_logprobs(client, model):
         ({"max_tokens": 0}, "max_tokens"),
         ({"top_p": 0}, "top_p"),
         ({"temperature": 2.5}, "temperature"),
-        ({"n": 2}, "n"),
+        ({"n": 17}, "n"),
         ({"prompt": "LONG"}, "prompt"),
         ({"max_tokens": "LONG"}, "max_tokens"),
         ({"stop": [""]}, "stop"),

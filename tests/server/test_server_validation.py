@@ -162,13 +162,18 @@ COMPLETION_ERRORS = [
     ("logprobs", -1),
     ("logprobs", 21),
     ("ignore_eos", "maybe"),
-    ("n", 2),
+    ("n", 0),
+    ("n", 17),
     ("best_of", 3),
-    ("presence_penalty", 0.5),
-    ("frequency_penalty", -1),
-    ("logit_bias", {"5": 1}),
-    ("echo", True),
+    ("presence_penalty", 2.5),
+    ("frequency_penalty", -3),
+    ("logit_bias", {"5": 101}),
+    ("logit_bias", {"not-a-token": 1}),
+    ("prompt_logprobs", 21),
+    ("max_tokens", 0),  # without echo: nothing to answer
     ("suffix", "x"),
+    ("no_such_field", 1),  # never silently ignored
+    ("response_formats", {"type": "json_object"}),  # a misspelt field names itself
 ]
 
 

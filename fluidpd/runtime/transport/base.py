@@ -47,6 +47,7 @@ class KVHandle:
     num_preemptions: int = 0
     skip_blocks: int = 0  # leading blocks not sent: the destination's prefix cache holds them
     num_cached_tokens: int = 0
+    group: Any = None  # fluidpd.engine.kv_transfer.GroupKV of an n > 1 request
     meta: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)  # seconds: "export_s" (engine), "send_s" (transport)
     payload: KVPayload | None = field(default=None, repr=False)  # LocalTransport only
@@ -110,6 +111,7 @@ def to_handle(p: KVPayload, transport: str, **kw: Any) -> KVHandle:
         num_preemptions=p.num_preemptions,
         skip_blocks=p.skip_blocks,
         num_cached_tokens=p.num_cached_tokens,
+        group=p.group,
         meta=dict(p.meta),
         **kw,
     )
@@ -130,5 +132,6 @@ def to_payload(handle: KVHandle, blocks: torch.Tensor) -> KVPayload:
         num_preemptions=handle.num_preemptions,
         skip_blocks=handle.skip_blocks,
         num_cached_tokens=handle.num_cached_tokens,
+        group=handle.group,
         meta=dict(handle.meta),
     )

@@ -1,17 +1,22 @@
-"""The OpenAI API: /v1/completions, /v1/chat/completions (streaming or not; n=1) and /v1/models."""
+"""The OpenAI API: /v1/completions (batches of prompts, echo), /v1/chat/completions (streaming or not; n choices)
+and /v1/models."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from fluidpd.server.body import json_body
 from fluidpd.server.generation import generate
-from fluidpd.server.prompts import chat_prompt, completion_prompt
+from fluidpd.server.prompts import chat_prompt, completion_prompts
 from fluidpd.server.protocol import ChatCompletionRequest, CompletionRequest, check_unsupported, sampling_params
+from fluidpd.server.response import PromptIn
 from fluidpd.server.state import ServerState, server_state
+from fluidpd.server.structured import checked
+from fluidpd.server.tools import tool_request
 
 router = APIRouter()
 STREAMS = {200: {"content": {"text/event-stream": {}}, "description": "The completion, or its SSE chunks"}}
@@ -31,9 +36,18 @@ async def completions(
     check_unsupported(body)
     texts = [body.prompt] if isinstance(body.prompt, str) else [p for p in body.prompt if isinstance(p, str)]
     state.check_prompt_fits(texts, "prompt")
-    ids = await run_in_threadpool(completion_prompt, state.tokenizer, body.prompt)  # off the event loop
-    params = sampling_params(body, len(ids), state.runtime.max_model_len, "prompt")
-    return await generate(state, False, body, raw, ids, params, t0)
+    batch = await run_in_threadpool(completion_prompts, state.tokenizer, body.prompt)  # off the event loop
+    params = sampling_params(body, max(map(len, batch)), state.runtime.max_model_len, "prompt", state.tokenizer)
+    prompts = [PromptIn(ids, _echo_text(state, body, ids, i)) for i, ids in enumerate(batch)]
+    return await generate(state, False, body, raw, prompts, params, t0)
+
+
+def _echo_text(state: ServerState, body: CompletionRequest, ids: list[int], i: int) -> str | None:
+    """The text an echoed prompt shows: the prompt as sent, or its ids decoded."""
+    if not body.echo:
+        return None
+    sent = body.prompt if isinstance(body.prompt, str) else body.prompt[i] if isinstance(body.prompt[0], str) else None
+    return sent if isinstance(sent, str) else state.tokenizer.decode(ids, skip_special_tokens=False)
 
 
 @router.post("/v1/chat/completions", responses=STREAMS)
@@ -46,6 +60,10 @@ async def chat_completions(
     state.check_model(body.model)
     check_unsupported(body)
     state.check_prompt_fits([m.content for m in body.messages if isinstance(m.content, str)], "messages")
-    ids = await run_in_threadpool(chat_prompt, state.tokenizer, body.messages)
-    params = sampling_params(body, len(ids), state.runtime.max_model_len, "messages")
-    return await generate(state, True, body, raw, ids, params, t0)
+    tools = tool_request(body.tools, body.tool_choice, body.parallel_tool_calls, state.config.tool_call_parser)
+    ids = await run_in_threadpool(chat_prompt, state.tokenizer, body.messages, tools.tools)
+    params = sampling_params(body, len(ids), state.runtime.max_model_len, "messages", state.tokenizer)
+    grammar = tools.grammar()
+    if grammar is not None:  # (vLLM: the tool call's grammar takes the place of any response_format)
+        params = replace(params, structured=await run_in_threadpool(checked, grammar, "tool_choice"))
+    return await generate(state, True, body, raw, [PromptIn(ids)], params, t0, tools if tools.tools else None)

@@ -1,4 +1,4 @@
-"""vLLM's /tokenize and /detokenize."""
+"""vLLM's /tokenize, /detokenize and /tokenizer_info."""
 
 from __future__ import annotations
 
@@ -35,3 +35,24 @@ async def detokenize(
 ):
     state.check_model(body.model)
     return {"prompt": state.tokenizer.decode(check_token_ids(state.tokenizer, body.tokens, "tokens"))}
+
+
+@router.get("/tokenizer_info")
+async def tokenizer_info(state: ServerState = Depends(server_state)):
+    """vLLM's tokenizer description (what lm-evaluation-harness's remote tokenizer reads): its special tokens,
+    chat template and vocabulary size."""
+    tok = state.tokenizer
+
+    def piece(tid: int | None) -> str | None:
+        return None if tid is None else tok.token_str(tid)
+
+    eos = tok.eos_token_ids[0] if tok.eos_token_ids else None
+    return {
+        "tokenizer_class": type(tok).__name__,
+        "bos_token": piece(tok.bos_token_id),
+        "eos_token": piece(eos),
+        "pad_token": piece(eos),
+        "chat_template": tok.chat_template,
+        "vocab_size": tok.vocab_size,
+        "model_max_length": state.runtime.max_model_len,
+    }
