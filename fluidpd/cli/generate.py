@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.max_tokens < 1:  # (the engine takes 0 to score a prompt; a command that prints an answer does not)
+        raise ValueError(f"max_tokens must be a positive integer, got {args.max_tokens}")
     params = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=args.temperature,

@@ -48,6 +48,7 @@ class Request:
     think_time_s: float = 0.0  # the pause after its session's previous request completed
     n: int = 1  # sequences sampled from one prefill (a request group: n decode rows sharing the prompt's KV)
     live: int = 0  # of those, still generating (0 on construction: n)
+    constrained: bool = False  # a grammar masks its logits before each pick (structured outputs)
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1 or self.output_len < 1:

@@ -206,6 +206,7 @@ class Coordinator(Admin):
                 f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) exceeds max_model_len {self.max_model_len}"
             )
         req = self._request(cl, ids, max(1, params.max_tokens))  # (max_tokens 0: the prefill's "token" ends it)
+        req.constrained = params.structured is not None
         if params.prompt_logprobs is not None:
             req.block_hashes = []  # every prompt token's logits are computed: no cached prefix is planned
         req.n = req.live = params.n  # n > 1: one request group, n decode sequences

@@ -139,6 +139,8 @@ class SimCluster(World):
         req, t = Request(i, at_s, prompt[i], output[i]), self.trace
         if t.n is not None:
             req.n = req.live = int(t.n[i])
+        if t.constrained is not None:
+            req.constrained = bool(t.constrained[i])
         if self._hash_ids is not None:
             ids = world_block_ids(self._hash_ids[i], self._trace_block, self.config.block_size, named_tokens(t, i))
             req.block_hashes = ids.tolist()

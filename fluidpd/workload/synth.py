@@ -46,14 +46,20 @@ def synthetic(
     seed: Seed = 0,
     name: str = "synthetic",
     samples: LengthSpec = 1,
+    constrained: float = 0.0,
 ) -> Trace:
     """n requests with lengths from the given specs and Poisson or Gamma(cv) arrivals at `rate` req/s;
-    `samples`: sequences each samples from its one prefill (a request group when > 1; a spec like a length's)."""
+    `samples`: sequences each samples from its one prefill (a request group when > 1; a spec like a length's);
+    `constrained`: the share of requests whose output a grammar constrains (structured outputs)."""
     rng = np.random.default_rng(seed)
     t = arrival_times(arrivals, rate, cv=cv, n=n, seed=rng)
     trace = Trace(name, t, sample_lengths(prompt_len, n, rng), sample_lengths(output_len, n, rng))
     if samples != 1:  # (drawn after the lengths: a trace without groups is unchanged)
         trace.n = sample_lengths(samples, n, rng)
+    if constrained:
+        if not 0.0 <= constrained <= 1.0:
+            raise ValueError(f"constrained must be a share in [0, 1], got {constrained}")
+        trace.constrained = rng.random(n) < constrained
     return trace
 
 

@@ -25,6 +25,7 @@ class Trace:
     session: np.ndarray | None = None  # int64 session id per request (-1: not in a session)
     think_time_s: np.ndarray | None = None  # float64 pause after the previous turn's answer
     n: np.ndarray | None = None  # int64 sequences sampled per request (one prefill, n decodes); None: 1 each
+    constrained: np.ndarray | None = None  # bool per request: a grammar masks its output (structured outputs)
 
     def __post_init__(self) -> None:
         self.arrival_s = np.asarray(self.arrival_s, dtype=np.float64)
@@ -50,6 +51,10 @@ class Trace:
             self.n = np.asarray(self.n, dtype=np.int64)
             if self.n.shape != n or (n[0] and self.n.min() < 1):
                 raise ValueError(f"trace {self.name!r}: n must hold one count >= 1 per request")
+        if self.constrained is not None:
+            self.constrained = np.asarray(self.constrained, dtype=bool)
+            if self.constrained.shape != n:
+                raise ValueError(f"trace {self.name!r}: constrained must hold one flag per request")
         if self.span_s is not None and (not np.isfinite(self.span_s) or (n[0] and self.span_s < self.arrival_s[-1])):
             raise ValueError(f"trace {self.name!r}: span_s={self.span_s} ends before the last arrival")
 
@@ -148,6 +153,8 @@ class Trace:
             span_s,
             session,
             think,
+            None if self.n is None else self.n[rows],
+            None if self.constrained is None else self.constrained[rows],
         )
 
 

@@ -24,6 +24,7 @@ class DecodeBatch:
     __slots__ = (
         "buckets",
         "decode_ctx_sum",
+        "decode_masked",
         "decode_rows",
         "decode_steps",
         "decoding",
@@ -51,6 +52,7 @@ class DecodeBatch:
         self.decoding: dict[int, Request] = {}
         self.decode_ctx_sum = 0  # stored KV tokens over decoding sequences
         self.decode_rows = 0  # sequences decoding (a request group counts its live ones): the batch size
+        self.decode_masked = 0  # of those, rows a grammar masks (structured outputs)
         self.decode_steps = 0
         self.over_cum = 0  # decode steps whose gap exceeded SLO_TBT
         self.last_decode_end = math.nan
@@ -73,6 +75,7 @@ class DecodeBatch:
         self.decoding[req.id] = req
         self.decode_ctx_sum += req.live * s0
         self.decode_rows += req.live
+        self.decode_masked += req.live if req.constrained else 0
         self.buckets[bucket] += req.live
         self.marks[req.id] = (-1, 0, bucket)
         end = self.decode_steps + max(1, req.output_len - req.generated)
@@ -94,6 +97,7 @@ class DecodeBatch:
         steps, over, bucket = self.marks.pop(req.id)
         self.buckets[bucket] -= req.live
         self.decode_rows -= req.live
+        self.decode_masked -= req.live if req.constrained else 0
         self.decode_ctx_sum -= req.live * self.stored(req)
         if steps < 0:
             self.joiners.remove(req)
@@ -121,6 +125,7 @@ class DecodeBatch:
         self.sync(req)
         self.buckets[self.marks[req.id][2]] -= 1
         self.decode_rows -= 1
+        self.decode_masked -= 1 if req.constrained else 0
         self.decode_ctx_sum -= self.stored(req)
 
     def sync(self, req: Request) -> None:

@@ -162,6 +162,7 @@ class World(Handoff, Failures, Elastic, Recovery):
             w.allocate(w.step_growth)
             n = w.decode_rows  # sequences: a request group's live ones each
             shape.add_decodes(n, w.decode_ctx_sum + n)
+            shape.masked_rows = w.decode_masked
         if w.admitted:
             w.admitted = []
         now, chunks, wake, full = self.loop.now, [], math.inf, False

@@ -60,3 +60,35 @@ def test_a_trace_without_groups_is_unchanged():
     ones = synthetic(50, 10.0, seed=3, samples=1)
     assert ones.n is None
     assert (plain.prompt_len == ones.prompt_len).all() and (plain.output_len == ones.output_len).all()
+
+
+def test_a_window_of_a_group_trace_keeps_its_groups_and_grammars():
+    t = synthetic(60, 10.0, seed=4, samples=("uniform", 1, 8), constrained=0.5)
+    w = t.window(1.0, 3.0)
+    lo = int((t.arrival_s < 1.0).sum())
+    assert (w.n == t.n[lo : lo + len(w)]).all() and (w.constrained == t.constrained[lo : lo + len(w)]).all()
+    assert 0 < t.constrained.sum() < len(t)
+
+
+def test_constrained_decodes_pay_for_their_grammar_mask():
+    """The simulator prices each masked row (LatencyConfig.grammar_mask_s) in the steps it decodes in."""
+    t = group_trace(n=60, rate=10.0, samples=2)
+    masked = synthetic(
+        60, 10.0, prompt_len=("uniform", 64, 2048), output_len=("uniform", 2, 200), seed=1, samples=2, constrained=1.0
+    )
+    assert (masked.prompt_len == t.prompt_len).all() and masked.constrained.all()
+    shapes = {"plain": [], "masked": []}
+    for name, trace in (("plain", t), ("masked", masked)):
+        c = cluster(trace, "colocated", setup_8b())
+        execute = c.execute
+
+        def seen(w, plan, shape, name=name, execute=execute):
+            if plan.decode:
+                shapes[name].append((shape.masked_rows, shape.decode_tokens))
+            execute(w, plan, shape)
+
+        c.execute = seen
+        c.run()
+        assert c.metrics.completed == 60
+    assert all(m == 0 for m, _ in shapes["plain"])
+    assert all(m == d for m, d in shapes["masked"]) and shapes["masked"]
