@@ -1,7 +1,8 @@
 """n > 1: one request sampling n sequences from one prefill, against n separate requests of the same prompt.
 
 n = 8 on a 1,000-token prompt with 64 output tokens each (temperature 1, ignore_eos), on one worker
-(colocated) and through a 1P+2D static-pd cluster (process workers). Measured per round: the prefill
+(colocated) and through a 1P+2D static-pd cluster (process workers), with prefix caching on (the default:
+the 7 later separate requests find the first one's prompt cached) and off. Measured per round: the prefill
 tokens the workers computed (every planned chunk, counted where the coordinator sends it: prefix-cache
 hits are not computed, so 8 separate requests that find the first one's prompt cached are credited for
 it) and the wall time from submit to the last token of all 8 sequences. Interleaved rounds, medians.
@@ -27,7 +28,12 @@ from fluidpd.engine.sampling import SamplingParams
 from fluidpd.runtime.api import GenerationRequest
 
 N, PROMPT, OUT = 8, 1000, 64
-SETUPS = {"1 worker": ("colocated", 1, 0), "1P+2D": ("static-pd", 3, 1)}
+SETUPS = {  # name: (policy, workers, prefill workers, prefix caching)
+    "1 worker": ("colocated", 1, 0, True),
+    "1P+2D": ("static-pd", 3, 1, True),
+    "1 worker, no prefix cache": ("colocated", 1, 0, False),
+    "1P+2D, no prefix cache": ("static-pd", 3, 1, False),
+}
 
 
 async def run(coord, group: bool, seed: int) -> tuple[int, float, int]:
@@ -64,8 +70,9 @@ async def run(coord, group: bool, seed: int) -> tuple[int, float, int]:
 
 
 async def setup_rounds(name: str, rounds: int, bar) -> dict:
-    policy, workers, prefill = SETUPS[name]
-    config = replace(CONFIG, num_kv_blocks=1024)  # 8 separate sequences hold 8 x 1,064 tokens: no preemption
+    policy, workers, prefill, caching = SETUPS[name]
+    # 8 separate sequences hold 8 x 1,064 tokens: room for all (no preemption)
+    config = replace(CONFIG, num_kv_blocks=1024, enable_prefix_caching=caching)
     coord = coordinator(policy, workers, prefill_workers=prefill, config=config)
     await coord.start()
     out: dict[str, list] = {"group": [], "separate": []}

@@ -6,11 +6,12 @@ import copy
 import json
 import os
 import re
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
+
+from fluidpd.engine.chat_template import compile_template, template_messages
 
 if TYPE_CHECKING:
     from fluidpd.engine.gguf_file import GGUFFile
@@ -186,7 +187,7 @@ class Tokenizer:
             raise ValueError("this tokenizer has no chat template")
         template = self._compiled.get(source)
         if template is None:
-            template = self._compiled[source] = _compile_template(source)
+            template = self._compiled[source] = compile_template(source)
         tok = lambda i: self.tk.id_to_token(i) if i is not None else ""
         special = {
             "bos_token": tok(self.bos_token_id),
@@ -194,7 +195,7 @@ class Tokenizer:
         }
         context = {"tools": tools, "documents": None, **special, **kwargs}
         return template.render(
-            messages=_template_messages(messages), add_generation_prompt=add_generation_prompt, **context
+            messages=template_messages(messages), add_generation_prompt=add_generation_prompt, **context
         )
 
     def encode_chat(self, messages: list[dict[str, str]], **kwargs: Any) -> list[int]:
@@ -286,54 +287,3 @@ def _token_id(tk: HFTokenizer, tok: Any) -> int | None:
     if isinstance(tok, dict):
         tok = tok.get("content")
     return tk.token_to_id(tok) if isinstance(tok, str) else None
-
-
-REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")  # transformers' names for a message's reasoning
-
-
-def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as transformers hands them to a template: no None values, reasoning under every name templates read."""
-    out = []
-    for m in messages:
-        m = {k: v for k, v in m.items() if v is not None}
-        reasoning = next((m[k] for k in REASONING_FIELDS if m.get(k) is not None), None)
-        if reasoning is not None:
-            m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
-        out.append(m)
-    return out
-
-
-def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
-    # not jinja2's own tojson, which escapes HTML characters (transformers' filter, options included)
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _compile_template(source: str):
-    from jinja2 import nodes
-    from jinja2.exceptions import TemplateError
-    from jinja2.ext import Extension
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class Generation(Extension):
-        """`{% generation %}...{% endgeneration %}` (transformers' assistant-mask tag) renders its body."""
-
-        tags = {"generation"}
-
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-        def _body(self, caller):
-            return caller()
-
-    def raise_exception(message: str):
-        raise TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, "jinja2.ext.loopcontrols"]
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env.from_string(source)

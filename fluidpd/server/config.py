@@ -6,9 +6,10 @@ import os
 from dataclasses import dataclass
 
 from fluidpd.core.knobs import knob
+from fluidpd.server.tool_parsers import TOOL_PARSERS
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-TOOL_CALL_PARSERS = ("hermes",)  # the names fluidpd.server.tools.TOOL_PARSERS registers
+TOOL_CALL_PARSERS = TOOL_PARSERS.names()
 
 
 @dataclass(slots=True)

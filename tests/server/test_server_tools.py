@@ -16,11 +16,10 @@ from fluidpd.server.config import TOOL_CALL_PARSERS, ServeConfig, load_chat_temp
 from fluidpd.server.errors import APIError
 from fluidpd.server.prompts import chat_messages
 from fluidpd.server.protocol import ChatCompletionRequest, ChatMessage
+from fluidpd.server.tool_parsers import TOOL_PARSERS, make_parser
 from fluidpd.server.tools import (
-    TOOL_PARSERS,
     ToolCallStream,
     check_tools,
-    make_parser,
     tool_calls_from_output,
     tool_grammar,
     tool_request,
