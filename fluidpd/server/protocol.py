@@ -48,7 +48,8 @@ class StreamOptions(BaseModel):
 
 
 class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # other fields are kept to be named in a 400 (check_unsupported): the schema says none is accepted
+    model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": False})
 
     model: str | None = None
     max_tokens: int | None = accepts(None, minimum=1)
@@ -165,6 +166,8 @@ def check_unsupported(req: _Sampling) -> None:
     if isinstance(req, CompletionRequest):
         if req.max_tokens == 0 and not req.echo:
             raise bad_request("max_tokens=0 only scores the prompt: it needs echo=true", "max_tokens")
+        if req.max_tokens == 0 and (req.n or 1) > 1:
+            raise bad_request("max_tokens=0 scores the prompt once: n must be 1", "n")
         if req.suffix:
             raise bad_request("suffix is not supported", "suffix")
 

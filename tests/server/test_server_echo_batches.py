@@ -96,3 +96,24 @@ def test_vllm_prompt_logprobs_rank_the_prompt_tokens(served, client, model, refe
         assert own["rank"] >= 1 and math.isclose(own["logprob"], reference_logprobs(ids)[i - 1], abs_tol=2e-3)
         top = sorted((e for e in entry.values()), key=lambda e: e["rank"])[:2]
         assert [e["rank"] for e in top] == [1, 2] or own["rank"] <= 2
+
+
+def test_scoring_with_n_above_1_is_a_400_naming_n(served):
+    import httpx
+
+    body = {"prompt": PROMPTS[0], "max_tokens": 0, "echo": True, "n": 2}
+    r = httpx.post(served.url + "/v1/completions", json=body, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+
+
+def test_the_openapi_schema_says_what_is_accepted(served):
+    import httpx
+
+    schemas = httpx.get(served.url + "/openapi.json", timeout=60).json()["components"]["schemas"]
+    completion, chat = schemas["CompletionRequest"], schemas["ChatCompletionRequest"]
+    assert completion["additionalProperties"] is False and chat["additionalProperties"] is False
+    for name in ("n", "echo", "prompt_logprobs", "presence_penalty", "logit_bias", "response_format", "min_p"):
+        assert name in completion["properties"], name
+    for name in ("tools", "tool_choice", "parallel_tool_calls", "structured_outputs", "guided_json"):
+        assert name in chat["properties"], name
+    assert completion["properties"]["n"]["maximum"] == 16
