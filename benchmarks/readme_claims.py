@@ -58,6 +58,8 @@ CLAIMS = (
     Claim("kv_tier", "benchmarks/kv_tier.py", (*PY, "benchmarks/kv_tier.py"), 12),
     Claim("sim_host_tier", "benchmarks/sim_host_tier.py", (*PY, "benchmarks/sim_host_tier.py"), 2),
     Claim("worker_failure", "benchmarks/worker_failure.py", (*PY, "benchmarks/worker_failure.py"), 4),
+    Claim("parallel_sampling", "benchmarks/parallel_sampling.py", (*PY, "benchmarks/parallel_sampling.py"), 12),
+    Claim("structured_outputs", "benchmarks/structured_outputs.py", (*PY, "benchmarks/structured_outputs.py"), 2),
     Claim("sim_fidelity", "benchmarks/sim_fidelity.py", (*PY, "benchmarks/sim_fidelity.py"), 25),
     Claim("engine_decode", "benchmarks/engine_decode.py", (*PY, "benchmarks/engine_decode.py"), 5),
     Claim(

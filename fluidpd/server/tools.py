@@ -104,8 +104,9 @@ def tool_schema(
     tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, Any] | None, parallel_tool_calls: bool = True
 ) -> dict[str, Any] | None:
     """The JSON Schema the output follows (vLLM's _get_json_schema_from_tool), or None (no constraint):
-    "required": an array of {"name": one function, "parameters": its parameters}, at least one (at most one
-    without parallel tool calls); a named function: its parameters (an empty object schema where it has none)."""
+    "required": an array of {"name": one function, "parameters": its parameters} and no other key, at least
+    one (at most one without parallel tool calls); a named function: its parameters (an empty object schema
+    where it has none)."""
     tools, tool_choice = check_tools(tools, tool_choice)
     if tool_choice in ("none", "auto"):
         return None
@@ -124,6 +125,7 @@ def tool_schema(
             {
                 "properties": {"name": {"type": "string", "enum": [fn["name"]]}, "parameters": params},
                 "required": ["name", "parameters"],
+                "additionalProperties": False,  # (vLLM's leaves the call open to keys no parser reads)
             }
         )
     schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": variants}}
