@@ -26,7 +26,7 @@ PROMPT = "The capital of France is"
 WORDS = {
     "type": "object",
     "properties": {
-        "words": {"type": "array", "items": {"type": "string", "maxLength": 12}, "minItems": 8, "maxItems": 8}
+        "words": {"type": "array", "items": {"type": "string", "maxLength": 12}, "minItems": 16, "maxItems": 16}
     },
     "required": ["words"],
     "additionalProperties": False,
@@ -116,8 +116,8 @@ def test_every_everyday_call_through_the_cluster(cluster):
     assert "Paris" not in controlled.choices[0].text and controlled.usage.completion_tokens >= 4
     schema = c.chat.completions.create(
         model=m,
-        messages=[{"role": "user", "content": "Eight words, as JSON."}],
-        max_tokens=120,
+        messages=[{"role": "user", "content": "Sixteen words, as JSON."}],
+        max_tokens=400,
         temperature=0,
         response_format={"type": "json_schema", "json_schema": {"name": "words", "schema": WORDS}},
     )
@@ -149,9 +149,9 @@ def test_an_n4_json_schema_stream_survives_a_forced_role_switch(cluster):
     c = _client(cluster)
     stream = c.chat.completions.create(
         model="smollm2",
-        messages=[{"role": "user", "content": "Eight words, as JSON."}],
+        messages=[{"role": "user", "content": "Sixteen words, as JSON."}],
         n=4,
-        max_tokens=160,
+        max_tokens=400,  # 16 words: the group decodes long enough for the switch to reach it
         temperature=1.0,
         seed=7,
         stream=True,
