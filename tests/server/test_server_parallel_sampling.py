@@ -82,3 +82,25 @@ def test_n_json_schema_choices_all_validate(client, model):
     for c in r.choices:
         jsonschema.validate(json.loads(c.message.content), SCHEMA)
         assert c.finish_reason == "stop"
+
+
+def test_a_client_leaving_an_n4_stream_frees_every_block(served):
+    import time
+
+    import httpx
+
+    body = {"prompt": PROMPT, "n": 4, "max_tokens": 200, "stream": True, "ignore_eos": True, "temperature": 1.0}
+    before = sum(w["tokens_out"] for w in served.runtime.cluster_state()["workers"])
+    with httpx.stream("POST", served.url + "/v1/completions", json=body, timeout=120) as r:
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(6)]  # a few tokens of the choices, then the client goes away
+    assert any(line.startswith("data: {") for line in got)
+    engine = served.runtime.backends[0]
+    for _ in range(600):  # the abort reaches the engine between two steps
+        state = served.runtime.cluster_state()
+        if state["outstanding"] == 0 and engine.submit("stats").result(timeout=120).num_used_blocks == 0:
+            break
+        time.sleep(0.1)
+    assert state["outstanding"] == 0 and all(w["kv_blocks_used"] == 0 for w in state["workers"])
+    assert engine.submit("stats").result(timeout=120).num_used_blocks == 0
+    assert sum(w["tokens_out"] for w in state["workers"]) - before < 4 * 200  # stopped, not run to its end
