@@ -49,6 +49,10 @@ def register(sub) -> None:
         help=f"closed-loop sessions with block ids for prefix reuse ({', '.join(SESSION_OPTIONS)})",
     )
     p.add_argument("--rate-scale", type=positive(float), default=1.0, help="compress time by X")
+    p.add_argument("--samples", type=positive(int), default=1, help="sequences each request samples (n; 1 prefill)")
+    p.add_argument(
+        "--constrained", type=float, default=0.0, help="share of requests whose output a grammar constrains (0-1)"
+    )
     p.add_argument("--start", type=float, default=0.0, help="evaluated window start, s into the rate-scaled trace")
     p.add_argument("--duration", type=positive(float), default=None, help="evaluated window length, s (default: all)")
     p.add_argument(
@@ -107,6 +111,8 @@ def run(args) -> int:
     setup = setup_from_args(args)
     setup.roofline().kv_blocks(setup.sim.block_size)  # fails early if the weights don't fit
     base = load_trace(args.trace, seed=args.seed, **(session_options(args.trace) if args.sessions else {}))
+    if args.samples > 1 or args.constrained:
+        base = base.sampled(args.samples, args.constrained, args.seed)
     if args.start < 0:
         raise ValueError(f"--start must be >= 0, got {args.start}")
 

@@ -92,7 +92,7 @@ class MetricsCollector:
         self.ttft.append(ttft)
         self.tpot.append(tpot)
         self.e2e.append(req.finish_s - req.arrival_s)
-        self.output_tokens += req.output_len
+        self.output_tokens += req.output_len * req.n  # (a request group: every sequence)
         if self.finished is not None:
             self.finished.append(req)
         self.first_arrival_s = min(self.first_arrival_s, req.arrival_s)

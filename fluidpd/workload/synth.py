@@ -7,7 +7,7 @@ import numpy as np
 from fluidpd.workload.arrivals import Seed, arrival_times
 from fluidpd.workload.loaders import load_lengths
 from fluidpd.workload.sampling import sample_requests
-from fluidpd.workload.trace import Trace, compose
+from fluidpd.workload.trace import Trace, compose, draw_constrained
 
 # A length is an int (constant), ("uniform", lo, hi) inclusive, or ("lognormal", mean, sigma[, max]):
 # mean of the token counts, sigma of the underlying normal, optional cap.
@@ -57,9 +57,7 @@ def synthetic(
     if samples != 1:  # (drawn after the lengths: a trace without groups is unchanged)
         trace.n = sample_lengths(samples, n, rng)
     if constrained:
-        if not 0.0 <= constrained <= 1.0:
-            raise ValueError(f"constrained must be a share in [0, 1], got {constrained}")
-        trace.constrained = rng.random(n) < constrained
+        trace.constrained = draw_constrained(n, constrained, rng)
     return trace
 
 

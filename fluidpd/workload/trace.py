@@ -137,6 +137,16 @@ class Trace:
         span = None if self.span_s is None else self.span_s + offset_s
         return self._replace(self.arrival_s + offset_s, slice(None), span)
 
+    def sampled(self, n: int = 1, constrained: float = 0.0, seed: int = 0) -> Trace:
+        """The same requests, each sampling `n` sequences from its one prefill (a request group when > 1),
+        a `constrained` share of them (drawn with `seed`) under a grammar (structured outputs)."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        t = replace(self, n=np.full(len(self), n, dtype=np.int64) if n > 1 else self.n)
+        if constrained:
+            t.constrained = draw_constrained(len(self), constrained, np.random.default_rng(seed))
+        return t
+
     def _replace(self, arrival_s: np.ndarray, rows: slice, span_s: float | None) -> Trace:
         hashes = None if self.hash_ids is None else self.hash_ids[rows]
         session = None if self.session is None else self.session[rows]
@@ -156,6 +166,13 @@ class Trace:
             None if self.n is None else self.n[rows],
             None if self.constrained is None else self.constrained[rows],
         )
+
+
+def draw_constrained(count: int, share: float, rng: np.random.Generator) -> np.ndarray:
+    """`count` flags, each true with probability `share`: which requests a grammar constrains."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"the constrained share must be in [0, 1], got {share}")
+    return rng.random(count) < share
 
 
 def compose(phases: list[Trace], gap_s: float = 0.0, name: str | None = None) -> Trace:

@@ -167,3 +167,18 @@ def test_placement_auto_keeps_a_given_chunk_budget(tmp_path):
     assert "placement: " in err and "chunk budget" not in err
     assert row == chunked_row(tmp_path, "--chunk-budget", "48")[0]
     assert row != chunked_row(tmp_path, "--placement", "auto")[0]  # the tuned budget would have run otherwise
+
+
+def test_samples_and_constrained_shape_the_trace(tmp_path):
+    rows = {}
+    for samples in (1, 4):
+        out = tmp_path / f"r{samples}.json"
+        extra = ["--constrained", "0.5"] if samples > 1 else []
+        p = fluidpd(*BASE, "--trace", "azure_conv", "--duration", "60", "--policy", "colocated", "--samples",
+                    str(samples), *extra, "--out", str(out))  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        (rows[samples],) = json.loads(out.read_text())
+    assert rows[4]["completed"] == rows[1]["completed"] == rows[1]["requests"]
+    assert rows[4]["throughput_tok_s"] > 2.5 * rows[1]["throughput_tok_s"]  # 4 sequences decode per request
+    bad = fluidpd(*BASE, "--trace", "azure_conv", "--duration", "60", "--policy", "colocated", "--constrained", "2")
+    assert bad.returncode == 2 and "constrained" in bad.stderr
