@@ -35,7 +35,8 @@ async def completions(
     state.check_model(body.model)
     check_unsupported(body)
     texts = [body.prompt] if isinstance(body.prompt, str) else [p for p in body.prompt if isinstance(p, str)]
-    state.check_prompt_fits(texts, "prompt")
+    for text in texts:  # each prompt of a batch is a request of its own
+        state.check_prompt_fits([text], "prompt")
     batch = await run_in_threadpool(completion_prompts, state.tokenizer, body.prompt)  # off the event loop
     params = sampling_params(body, max(map(len, batch)), state.runtime.max_model_len, "prompt", state.tokenizer)
     prompts = [PromptIn(ids, _echo_text(state, body, ids, i)) for i, ids in enumerate(batch)]
