@@ -46,7 +46,7 @@ async def generate(
         for i, p in enumerate(prompts):
             sub_id = rid if len(prompts) == 1 else f"{rid}-{i}"
             stream = _submit(state, chat, GenerationRequest(sub_id, p.ids, params, meta={"chat": chat}))
-            subs.append(Submitted(stream, state.metrics.request(t0, len(p.ids)), params.n))
+            subs.append(Submitted(stream, state.metrics.request(t0, len(p.ids), params.n), params.n))
     except BaseException:
         for s in subs:
             s.timer.finish("abort", time.perf_counter())
@@ -147,7 +147,7 @@ async def _merged(subs: list[Submitted]) -> AsyncIterator[tuple[int, TokenEvent 
 def _apply(reply: Reply, subs: list[Submitted], i: int, event: TokenEvent) -> tuple[int, str]:
     """Account `event` of prompt i's stream; its choice index and the text it adds."""
     sub, now = subs[i], time.perf_counter()
-    sub.timer.on_tokens(len(event.token_ids), now)
+    sub.timer.on_tokens(len(event.token_ids), now, event.index)
     if event.cached_tokens is not None:
         reply.cached[i] = event.cached_tokens
     if event.prompt_logprobs is not None:

@@ -184,9 +184,9 @@ class ServerMetrics:
         self._slo: dict | None = None  # the runtime's SLOs, read from its snapshot at the first finish
         reg.register(RuntimeCollector(runtime, model_name))
 
-    def request(self, accepted_s: float, prompt_tokens: int) -> RequestTimer:
+    def request(self, accepted_s: float, prompt_tokens: int, n: int = 1) -> RequestTimer:
         self.prompt_tokens.inc(prompt_tokens)
-        return RequestTimer(self, accepted_s)
+        return RequestTimer(self, accepted_s, n)
 
     def rejected_overload(self) -> None:
         self._overload.inc()
@@ -215,27 +215,29 @@ class ServerMetrics:
 
 
 class RequestTimer:
-    """One request's latencies as the HTTP layer sees them (perf_counter seconds)."""
+    """One request's latencies as the HTTP layer sees them (perf_counter seconds); with n > 1 sequences, the
+    gaps between tokens are each sequence's own and TPOT is a sequence's mean."""
 
-    def __init__(self, metrics: ServerMetrics, accepted_s: float) -> None:
-        self.m, self.accepted_s = metrics, accepted_s
+    def __init__(self, metrics: ServerMetrics, accepted_s: float, n: int = 1) -> None:
+        self.m, self.accepted_s, self.n = metrics, accepted_s, n
         self.first_s: float | None = None
         self.last_s: float | None = None
+        self.last_by: dict[int, float] = {}  # sequence index -> when its last token arrived
         self.tokens = 0
         self.done = False
 
-    def on_tokens(self, n: int, now: float) -> None:
-        """`n` tokens arrived together at `now`: one gap (the rest of the event arrived with it)."""
+    def on_tokens(self, n: int, now: float, index: int = 0) -> None:
+        """`n` tokens of sequence `index` arrived together at `now`: one gap (the rest came with it)."""
         if n <= 0:
             return
         if self.first_s is None:
             self.first_s = now
             self.m.ttft.observe(now - self.accepted_s)
-        else:
-            self.m.itl.observe(now - self.last_s)
+        elif index in self.last_by:
+            self.m.itl.observe(now - self.last_by[index])
         for _ in range(n - 1):
             self.m.itl.observe(0.0)
-        self.last_s = now
+        self.last_s = self.last_by[index] = now
         self.tokens += n
         self.m.generation_tokens.inc(n)
 
@@ -246,5 +248,6 @@ class RequestTimer:
         self.m.e2e.observe(now - self.accepted_s)
         self.m.finished(reason)
         if reason in ("stop", "length") and self.first_s is not None and self.last_s is not None:
-            tpot = (self.last_s - self.first_s) / (self.tokens - 1) if self.tokens > 1 else 0.0
+            per_seq = self.tokens / self.n
+            tpot = (self.last_s - self.first_s) / (per_seq - 1) if per_seq > 1 else 0.0
             self.m.attained(self.first_s - self.accepted_s, tpot)

@@ -3,6 +3,7 @@ joint SLO counter the server keeps per request."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import generate_latest
 from serverhelp import metric
 
@@ -75,3 +76,18 @@ def test_a_request_attains_the_joint_slo_only_within_both_its_ttft_and_mean_tpot
     t.on_tokens(1, 0.1)
     t.finish("stop", 0.1)
     assert metric(generate_latest(no_slo.registry).decode(), "fluidpd:request_slo_attained_total") == 0
+
+
+def test_n_sequences_are_timed_each_on_its_own():
+    """Two sequences whose tokens interleave: each gap is one sequence's own, TPOT a sequence's mean."""
+    runtime = _Runtime({"slo": {"ttft_s": 1.0, "tbt_s": 0.1}})
+    m = ServerMetrics(runtime, "m")
+    t = m.request(0.0, 4, n=2)
+    for k in range(4):  # both sequences' tokens arrive together every 0.08 s
+        t.on_tokens(1, 0.5 + 0.08 * k, index=0)
+        t.on_tokens(1, 0.5 + 0.08 * k, index=1)
+    t.finish("length", 0.5 + 0.08 * 3)
+    text = generate_latest(m.registry).decode()
+    assert metric(text, "fluidpd:inter_token_latency_seconds_count") == 6  # 3 gaps per sequence, none between them
+    assert metric(text, "fluidpd:inter_token_latency_seconds_sum") == pytest.approx(6 * 0.08)
+    assert metric(text, "fluidpd:request_slo_attained_total") == 1  # TPOT 0.08 s, not 0.24 / 7
