@@ -22,7 +22,7 @@ from fluidpd.runtime import groups
 from fluidpd.runtime.api import TokenEvent
 from fluidpd.runtime.kv_moves import KVMoves
 from fluidpd.runtime.kv_tiers import KVTierMeter
-from fluidpd.runtime.live import Live, extend_hashes
+from fluidpd.runtime.live import Live, extend_hashes, first_event_extras, rescoring
 from fluidpd.runtime.messages import WorkerError
 from fluidpd.runtime.recovery import WorkerRecovery
 from fluidpd.runtime.steplog import StepLog, StepRecord
@@ -178,13 +178,9 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
             fut = self.backends[wid].submit("add_request", live.engine_id, ids, group_params, produced)
             fut.add_done_callback(lambda f: self.loop.soon(self._admitted, live, f))
             return
-        # a recompute scores no prompt again: its logprobs went out with the first token (a restart before
-        # that scores it anew, from the start)
-        rescored = live.params.prompt_logprobs if req.generated == 0 else None
         params = replace(
-            live.params, max_tokens=max(0, live.params.max_tokens - req.generated), prompt_logprobs=rescored
+            live.params, max_tokens=max(0, live.params.max_tokens - req.generated), prompt_logprobs=rescoring(live)
         )
-        live.prompt_logprobs = None
         fut = self.backends[wid].submit("add_request", live.engine_id, live.prompt_ids + live.out_ids, params)
         fut.add_done_callback(lambda f: self.loop.soon(self._admitted, live, f))
 
@@ -224,8 +220,7 @@ class RuntimeCluster(WorkerRecovery, KVMoves, World):
             if out.prompt_logprobs:
                 live.prompt_logprobs = (live.prompt_logprobs or []) + out.prompt_logprobs
             if out.new_token_ids or (out.finished and not live.out_ids and live.params.max_tokens == 0):
-                first = None if live.out_ids else live.request.cached_tokens
-                plp, live.prompt_logprobs = live.prompt_logprobs, None
+                first, plp = first_event_extras(live)
                 live.out_ids.extend(out.new_token_ids)
                 live.stream.put(
                     TokenEvent(list(out.new_token_ids), logprobs=out.logprobs, cached_tokens=first, prompt_logprobs=plp)

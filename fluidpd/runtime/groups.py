@@ -7,11 +7,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from fluidpd.runtime.api import TokenEvent
+from fluidpd.runtime.live import Live, first_event_extras, rescoring
 
 if TYPE_CHECKING:
     from fluidpd.core.request import Request
     from fluidpd.engine.outputs import StepOutput
-    from fluidpd.runtime.live import Live
     from fluidpd.world.worker import WorkerState
 
 
@@ -21,8 +21,7 @@ def engine_args(live: Live) -> tuple[list[int], object, list[list[int] | None]]:
     n = live.params.n  # type: ignore[attr-defined]
     if not live.choices:
         live.choices = [[] for _ in range(n)]
-    rescored = live.params.prompt_logprobs if not live.sent_any else None  # type: ignore[attr-defined]
-    params = replace(live.params, prompt_logprobs=rescored)  # type: ignore[type-var]
+    params = replace(live.params, prompt_logprobs=rescoring(live))  # type: ignore[type-var]
     produced = [None if j in live.choice_reasons else list(live.choices[j]) for j in range(n)]
     return list(live.prompt_ids), params, produced
 
@@ -34,8 +33,7 @@ def on_output(w: WorkerState, live: Live, out: StepOutput, stopped: set[int]) ->
         live.prompt_logprobs = (live.prompt_logprobs or []) + out.prompt_logprobs
     j = out.index
     if out.new_token_ids:
-        first = None if live.sent_any else live.request.cached_tokens
-        plp, live.prompt_logprobs = live.prompt_logprobs, None
+        first, plp = first_event_extras(live)
         live.choices[j].extend(out.new_token_ids)
         event = TokenEvent(list(out.new_token_ids), logprobs=out.logprobs, cached_tokens=first, prompt_logprobs=plp)
         event.index = j

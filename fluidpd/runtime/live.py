@@ -34,6 +34,22 @@ class Live:
         return bool(self.out_ids) or any(self.choices)
 
 
+def rescoring(live: Live) -> int | None:
+    """The prompt_logprobs a (re)admission asks its engine for: the request's own until its first event went
+    out (a restart before that scores anew, what a lost attempt scored is dropped), then none (a recompute
+    scores nothing again)."""
+    live.prompt_logprobs = None
+    return None if live.sent_any else live.params.prompt_logprobs  # type: ignore[attr-defined]
+
+
+def first_event_extras(live: Live) -> tuple[int | None, list | None]:
+    """What an event carries beside its tokens: on the request's first, its prefix-cache hit and its prompt
+    logprobs (those scored so far leave the Live)."""
+    first = None if live.sent_any else live.request.cached_tokens
+    plp, live.prompt_logprobs = live.prompt_logprobs, None
+    return first, plp
+
+
 def extend_hashes(live: Live, block_size: int) -> None:
     """Hash the blocks its answer has filled, so they stay cached where it finishes (the next turn
     of a conversation sends them back as its prompt). Only the new blocks' tokens are read."""

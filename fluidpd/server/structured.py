@@ -41,12 +41,7 @@ def structured_spec(req: Any) -> GrammarSpec | None:
         names = ", ".join(name for name, _, _ in found)
         raise bad_request(f"at most one output constraint per request, got {len(found)}: {names}", found[0][0])
     name, kind, value = found[0]
-    spec = _spec(name, kind, value)
-    try:
-        validate(spec)
-    except GrammarError as exc:
-        raise bad_request(f"{name}: {exc}", name) from None
-    return spec
+    return checked(_spec(name, kind, value), name)
 
 
 def _set(kind: str, value: Any) -> bool:
