@@ -1,10 +1,10 @@
 """How much of FluidPD's lead past saturation is its queue order: Table 1's quick windows, each system
 with FCFS and with late-last (a request already past its TTFT SLO waits behind the rest).
 
-chunked (its token budget tuned on the history window, as Table 1 does) as it runs, FCFS, and with
-FluidPD's late-last order (an ablation: the same `stepplan.past_ttft` test and `on_time_first`
-order); fluidpd (from the split tuned on history) with `--queue-order fcfs` and its default
-late-last. Joint attainment at every workload and rate scale; deterministic.
+chunked (FCFS, as vLLM runs it) and chunked-late-last (the same `stepplan.past_ttft` test and
+`on_time_first` order as FluidPD's), each with its token budget tuned on the history window under
+its own order, as Table 1 does; fluidpd (from the split tuned on history) with `--queue-order fcfs`
+and its default late-last. Joint attainment at every workload and rate scale; deterministic.
 
     .venv/bin/python benchmarks/sim_queue_order.py [--scales 1,2,3] [--workloads azure_code,...]
 """
@@ -17,20 +17,8 @@ import sys
 
 from tqdm import tqdm
 
-from fluidpd.bench.experiments.common import QUICK_WINDOW_S, SLO, WORKLOADS, setup, tune_on_history
-from fluidpd.policy import stepplan
-from fluidpd.policy.chunked import Chunked
+from fluidpd.bench.experiments.common import QUICK_WINDOW_S, WORKLOADS, setup, tune_on_history
 from fluidpd.sim.run import simulate
-
-
-class ChunkedLateLast(Chunked):
-    """Chunked prefill with FluidPD's late-last queue order (an ablation, not a served policy)."""
-
-    def plan_step(self, worker, view):
-        c = self.config
-        return stepplan.decodes_then_chunks(
-            worker, c.chunk_budget, c.max_num_seqs, stepplan.past_ttft(view.now, SLO.ttft_s)
-        )
 
 
 def point(name: str, scale: float) -> dict[str, float]:
@@ -39,11 +27,12 @@ def point(name: str, scale: float) -> dict[str, float]:
     tuned = tune_on_history(history, "auto", 0)
     trace = wl.trace(scale, QUICK_WINDOW_S, 0, wl.start(QUICK_WINDOW_S))
     chunked = setup(2, 0, chunk_budget=tuned["chunk_budget"])
+    late_last = setup(2, 0, chunk_budget=tuned["chunk_budget_late_last"])
     fluid = setup(tuned["split"], 0)
     fcfs = dataclasses.replace(fluid, fluid=dataclasses.replace(fluid.fluid, queue_order="fcfs"))
     runs = {
         "chunked fcfs": simulate(trace, "chunked", chunked),
-        "chunked late-last": simulate(trace, "chunked", chunked, policy_cls=ChunkedLateLast),
+        "chunked late-last": simulate(trace, "chunked-late-last", late_last),
         "fluidpd fcfs": simulate(trace, "fluidpd", fcfs),
         "fluidpd late-last": simulate(trace, "fluidpd", fluid),
     }

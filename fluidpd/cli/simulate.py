@@ -132,10 +132,11 @@ def run(args) -> int:
         setup.policy.prefill_workers = k
         print(f"placement: {k}P:{setup.sim.n_workers - k}D ({how})", file=sys.stderr)
     setups = dict.fromkeys(policies, setup)
-    if history is not None and args.placement == "auto" and "chunked" in policies and not budget_given:
-        b, how = placed_budget(history, setup)
-        setups["chunked"] = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, chunk_budget=b))
-        print(f"chunk budget: {b} ({how})", file=sys.stderr)
+    for name in ("chunked", "chunked-late-last"):
+        if history is not None and args.placement == "auto" and name in policies and not budget_given:
+            b, how = placed_budget(history, setup, name)
+            setups[name] = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, chunk_budget=b))
+            print(f"{name} chunk budget: {b} ({how})", file=sys.stderr)
     results, rows = [], []
     traces = args.trace_requests.open("w") if args.trace_requests else None
     for name in policies:
@@ -195,13 +196,13 @@ def placed_split(placement: str, history: Trace | None, setup: Setup) -> tuple[i
     )
 
 
-def placed_budget(history: Trace, setup: Setup) -> tuple[int, str]:
-    """chunked's token budget searched on `history` (`best_chunk_budget`), and a line saying why."""
+def placed_budget(history: Trace, setup: Setup, policy: str = "chunked") -> tuple[int, str]:
+    """A chunked policy's token budget searched on `history` (`best_chunk_budget`), and a line saying why."""
     from fluidpd.placement.plan import CHUNK_BUDGETS, best_chunk_budget
 
-    b, scores = best_chunk_budget(history, setup, CHUNK_BUDGETS)
+    b, scores = best_chunk_budget(history, setup, CHUNK_BUDGETS, policy=policy)
     return b, (
-        f"auto: chunked attainment {scores[b]:.1%} on {len(history)} requests of history, "
+        f"auto: {policy} attainment {scores[b]:.1%} on {len(history)} requests of history, "
         f"the best of {len(scores)} budgets"
     )
 

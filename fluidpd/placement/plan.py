@@ -108,16 +108,22 @@ def fixed_split(
 
 
 def best_chunk_budget(
-    history: Trace, setup: Setup, budgets: Sequence[int] = CHUNK_BUDGETS, *, min_history: int = MIN_HISTORY
+    history: Trace,
+    setup: Setup,
+    budgets: Sequence[int] = CHUNK_BUDGETS,
+    *,
+    min_history: int = MIN_HISTORY,
+    policy: str = "chunked",
 ) -> tuple[int, dict[int, float]]:
-    """The token budget chunked runs with, picked from history: every budget of `budgets` simulated
-    under chunked on the history window, the highest joint attainment kept (ties: the middle one of
-    the best, in increasing budget). `min_history`: the fewest requests the history may hold."""
+    """The token budget a chunked policy (`policy`: chunked or chunked-late-last) runs with, picked
+    from history: every budget of `budgets` simulated under `policy` on the history window, the
+    highest joint attainment kept (ties: the middle one of the best, in increasing budget).
+    `min_history`: the fewest requests the history may hold."""
     if not budgets:
         raise ValueError("a chunk budget search needs at least one candidate budget")
     check_history(history, "a chunk budget", min_history)
     scores = {}
     for b in sorted(set(budgets)):
         s = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, chunk_budget=b))
-        scores[b] = simulate(history, "chunked", s).summary["attainment"]
+        scores[b] = simulate(history, policy, s).summary["attainment"]
     return middle_of_best(scores), scores

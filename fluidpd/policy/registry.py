@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fluidpd.core.registry import Registry
 from fluidpd.policy.base import Policy, PolicyConfig
-from fluidpd.policy.chunked import Chunked
+from fluidpd.policy.chunked import Chunked, ChunkedLateLast
 from fluidpd.policy.colocated import Colocated
 from fluidpd.policy.costs import CostModel
 from fluidpd.policy.distserve import DistServe
@@ -14,7 +14,17 @@ from fluidpd.policy.phases import DecodeOnly, PrefillOnly
 from fluidpd.policy.static_pd import StaticPD
 
 POLICIES: Registry[type[Policy]] = Registry("policy")
-for _cls in (Colocated, Chunked, StaticPD, DistServe, FluidTokenOnly, FluidPD, PrefillOnly, DecodeOnly):
+for _cls in (
+    Colocated,
+    Chunked,
+    ChunkedLateLast,
+    StaticPD,
+    DistServe,
+    FluidTokenOnly,
+    FluidPD,
+    PrefillOnly,
+    DecodeOnly,
+):
     POLICIES.add(_cls.name, _cls)
 
 

@@ -54,15 +54,18 @@ def check_table1_output(out, scales: dict):
 
 
 def check_tuned_on_history(run: dict) -> None:
-    """One run's tuning on its history window: the split and the chunk budget (of every budget) are
-    the best there, and every P/D system but the oracle starts from that split."""
+    """One run's tuning on its history window: the split and both chunk budgets (of every budget,
+    each under its own queue order) are the best there, and every P/D system but the oracle starts
+    from that split."""
     tuned = run["tuned_on_history"]
     placed = tuned["split_label"]
     assert tuned["split_attainment"][placed] == max(tuned["split_attainment"].values())
-    budgets = tuned["chunk_budget_attainment"]
-    assert budgets[tuned["chunk_budget"]] == max(budgets.values())
-    assert set(budgets) == set(ex.CHUNK_BUDGETS)
+    for key in ("chunk_budget", "chunk_budget_late_last"):
+        budgets = tuned[f"{key}_attainment"]
+        assert budgets[tuned[key]] == max(budgets.values())
+        assert set(budgets) == set(ex.CHUNK_BUDGETS)
     systems = run["systems"]
+    assert systems["chunked late-last"]["policy"] == "chunked-late-last"
     for s in ("distserve", "autoscaler", "fluidtoken", "fluidpd"):
         assert systems[s]["split"] == placed, s
     assert systems["static-pd best"]["what"].startswith("ORACLE")
@@ -127,7 +130,8 @@ def test_table1_quick_as_documented(tmp_path):
         assert res["workloads"][name]["window_s"] == ex.QUICK_WINDOW_S
         for run in res["workloads"][name]["runs"].values():
             tuned = run["tuned_on_history"]  # the JSON's budget keys are strings
-            tuned["chunk_budget_attainment"] = {int(b): a for b, a in tuned["chunk_budget_attainment"].items()}
+            for key in ("chunk_budget_attainment", "chunk_budget_late_last_attainment"):
+                tuned[key] = {int(b): a for b, a in tuned[key].items()}
             check_tuned_on_history(run)
     assert res["workloads"]["azure_code"]["start_s"] == ex.QUICK_WINDOW_S  # after its history window
     assert res["workloads"]["phase_shift"]["start_s"] == 0.0  # history: another draw of the process

@@ -162,7 +162,7 @@ def test_kv_command_writes_a_row_for_every_system_and_load(tmp_path):
     assert res["host_tier"]["pooled"] and set(res["host_tier"]) >= {"hot_prefix", "mooncake_conv"}
     assert len(res["envelope_host"]) == len(res["envelope"])
     assert "With a host KV tier (1 GiB a worker, one pool per node)" in proc.stdout
-    assert res["setting"]["model"] == "llama-3.1-8b" and len(SYSTEMS) == 12
+    assert res["setting"]["model"] == "llama-3.1-8b" and len(SYSTEMS) == 17
     assert "Goals (issue 26)" in proc.stdout
 
 
@@ -173,8 +173,32 @@ def test_quick_tuning_searches_the_neighbours_of_the_nearest_split():
 
     assert near_splits(None) is None
     assert near_splits(4) == [3, 4, 5] and near_splits(1) == [1, 2] and near_splits(7) == [6, 7]
-    assert tuning_runs(False) == 7 + len(CHUNK_BUDGETS) and tuning_runs(True, 4) == 3 + 3
+    assert tuning_runs(False) == 7 + 2 * len(CHUNK_BUDGETS) and tuning_runs(True, 4) == 3 + 2 * 3
     trace = load_trace("hot_prefix", rate=20.0, seed=3, duration_s=1.0)
     for bad in ([], [0, 1], [8]):
         with pytest.raises(ValueError):
             fixed_split(trace, setup(), bad, min_history=0)
+
+
+def test_chunked_late_last_rows_run_every_router_at_their_own_tuned_budget():
+    from fluidpd.bench.experiments.kv.systems import BASELINES, ROUTER_NAMES
+
+    late = [s for s in BASELINES if s.policy == "chunked-late-last"]
+    assert [s.router for s in late] == list(ROUTER_NAMES)
+    assert all("late-last" in s.imitates for s in late)
+    tuned = {"split": 3, "chunk_budget": 256, "chunk_budget_late_last": 768}
+    assert late[0].setup(tuned, 0).policy.chunk_budget == 768
+    fcfs = next(s for s in BASELINES if s.policy == "chunked")
+    assert fcfs.setup(tuned, 0).policy.chunk_budget == 256
+
+
+def test_the_kv_envelope_counts_chunked_late_last_among_the_other_rows():
+    from fluidpd.bench.experiments.kv.goals import envelope
+
+    rows = _rows(0.9, 0.1)
+    best = "chunked-late-last+llm-d"
+    rows = [{**r, "attainment": 0.97, "strict_attainment": 0.96} if r["system"] == best else r for r in rows]
+    rows = [{**r, "attainment": 1.0} if r["system"] == "fluidpd+shortest-queue" else r for r in rows]  # its ablation
+    (p,) = envelope({"kv": {"hot_prefix": {"0.8": rows}}})
+    assert (p.best_joint_system, p.best_strict_system) == (best, best)
+    assert p.joint_margin_pp == pytest.approx(-7.0)

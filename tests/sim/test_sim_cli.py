@@ -154,8 +154,8 @@ def test_placement_auto_tunes_chunkeds_budget_on_the_history_and_runs_with_it(tm
 
     row, err = chunked_row(tmp_path, "--placement", "auto")
     (split,) = [x for x in err.splitlines() if x.startswith("placement: ")]
-    (line,) = [x for x in err.splitlines() if x.startswith("chunk budget: ")]
-    budget = int(line.split()[2])
+    (line,) = [x for x in err.splitlines() if x.startswith("chunked chunk budget: ")]
+    budget = int(line.split()[3])
     assert budget in CHUNK_BUDGETS and f"the best of {len(CHUNK_BUDGETS)} budgets" in line
     history = "on 718 requests of history"  # the split's history is the budget's
     assert history in split and history in line

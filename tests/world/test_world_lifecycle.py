@@ -14,6 +14,7 @@ CASES = [
     ("colocated", 1),
     ("colocated", 3),
     ("chunked", 2),
+    ("chunked-late-last", 2),
     ("static-pd", 2),
     ("static-pd", 4),
     ("fluidtoken", 3),
@@ -53,7 +54,7 @@ def test_preemption_by_recompute_in_a_small_pool_loses_no_token():
     assert all(r.generated == r.output_len for r in reqs)
 
 
-@pytest.mark.parametrize("policy", ["colocated", "chunked"])
+@pytest.mark.parametrize("policy", ["colocated", "chunked", "chunked-late-last"])
 def test_a_restarted_request_that_does_not_fit_never_stalls_a_started_one(policy):
     """A 96-token prompt prefills in two chunks holding 6 of 10 blocks; a request restarted to the
     front of the queue meanwhile needs 6 more: the started one finishes first, then it runs."""

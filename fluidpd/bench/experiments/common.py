@@ -119,8 +119,9 @@ def headline_of(wl: Workload, scales: tuple[float, ...]) -> float:
 
 
 def tune_on_history(history: Trace, placement: str, seed: int, tick=None) -> dict:
-    """What the deployable systems get tuned on: the distserve split and chunked's budget, each the
-    best by joint attainment on the history window (ties: the middle of the best)."""
+    """What the deployable systems get tuned on: the distserve split, chunked's budget and chunked
+    late-last's (searched under its own order), each the best by joint attainment on the history
+    window (ties: the middle of the best)."""
     from fluidpd.placement.plan import best_chunk_budget, fixed_split, split_of
     from fluidpd.placement.result import load_placement
 
@@ -133,12 +134,19 @@ def tune_on_history(history: Trace, placement: str, seed: int, tick=None) -> dic
     budget, chunked = best_chunk_budget(history, setup(BASELINE_SPLIT, seed), CHUNK_BUDGETS)
     if tick:
         tick(len(CHUNK_BUDGETS))
+    late, late_scores = best_chunk_budget(
+        history, setup(BASELINE_SPLIT, seed), CHUNK_BUDGETS, policy="chunked-late-last"
+    )
+    if tick:
+        tick(len(CHUNK_BUDGETS))
     return {
         "split": k,
         "split_label": split_label(k),
         "split_attainment": {split_label(j): v for j, v in scores.items()},
         "chunk_budget": budget,
         "chunk_budget_attainment": chunked,
+        "chunk_budget_late_last": late,
+        "chunk_budget_late_last_attainment": late_scores,
     }
 
 

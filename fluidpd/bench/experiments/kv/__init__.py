@@ -1,5 +1,6 @@
 """The KV-reuse table beside Table 1: prefix-cache hits, follow-up TTFT, KV moved and load balance of
-every router under chunked, static P/D and FluidPD, on session workloads, in simulation.
+every router under chunked (FCFS and late-last), static P/D and FluidPD, on session workloads, in
+simulation.
 
 Setting: 8 x H100-SXM, one Llama-3.1-8B BF16 worker per GPU (TP 1; ~445k tokens of KV each), the
 prefix cache on (16-token blocks), step-time jitter CV 0.05. Prompts longer than the model's 131,072
@@ -19,19 +20,22 @@ Workloads (each: a history window, then the evaluated window of the same length 
 Windows: 1800 / 300 / 120 s (quick: 900 / 90 / 10 s; the command prints each load's requests and
 turn-2+ requests). A history under 20 requests (the placement search's minimum) is searched all the
 same and flagged `short_history`.
-Systems: chunked and static-pd with each of round-robin, shortest-queue, sglang-cache-aware, dynamo-kv
-and llm-d routers (the baselines), fluidpd+shortest-queue (ablation: no KV affinity) and
-fluidpd+kv-affinity (FluidPD); on hot_prefix also static-pd+cache-affinity (pure prefix affinity, the
-reference of goal e). Tuned on the history window at each load: the P/D split the placement search picks
-(`fixed_split`: static-pd at every split; static-pd runs there, fluidpd starts there) and chunked's token
-budget (`best_chunk_budget`: best joint attainment; full: its CHUNK_BUDGETS, 128..1024; quick: 256, 512,
-1024). Quick searches every split only at a workload's first load; after that, the split tuned at the
-nearest load already tuned and its two neighbours.
+Systems: chunked (FCFS, as vLLM runs it), chunked-late-last (FluidPD's late-last queue order: a
+request already past SLO_TTFT waits behind the rest) and static-pd with each of round-robin,
+shortest-queue, sglang-cache-aware, dynamo-kv and llm-d routers (the baselines),
+fluidpd+shortest-queue (ablation: no KV affinity) and fluidpd+kv-affinity (FluidPD); on hot_prefix
+also static-pd+cache-affinity (pure prefix affinity, the reference of goal e). Tuned on the history
+window at each load: the P/D split the placement search picks (`fixed_split`: static-pd at every
+split; static-pd runs there, fluidpd starts there) and the token budgets of chunked and
+chunked-late-last, each searched under its own policy (`best_chunk_budget`: best joint attainment;
+full: its CHUNK_BUDGETS, 128..1024; quick: 256, 512, 1024). Quick searches every split only at a
+workload's first load; after that, the split tuned at the nearest load already tuned and its two
+neighbours.
 Loads: 50%, 80% and 95% of the saturation load: the highest load at which the best baseline keeps >= 90%
 joint attainment on the history window, found by doubling or halving from a start load until the target
 is crossed, then bisecting in log space (full: 7 probes, every baseline row at the tuned knobs counted;
-quick: 3 probes, only the tuning's runs counted: static-pd at the splits tried and chunked at every
-budget, each with its policy's default router).
+quick: 3 probes, only the tuning's runs counted: static-pd at the splits tried, chunked and
+chunked-late-last at every budget, each with its policy's default router).
 Independent simulations (a load's rows, a tuning's split and budget searches, full's baselines on
 history) run in `--jobs` processes (default 2); each is seeded on its own, so results match --jobs 1.
 Turn-2+ requests: a session's turns after its first in the window (hot_prefix: the requests whose

@@ -107,7 +107,7 @@ def print_load(console: Console, name: str, entry: dict, share: str, rows: list[
         f"{info['requests']} requests ({info['followups']} turn 2+, "
         f"{info['clipped_requests']} clipped to the context) "
         f"in {entry['window_s']:g} s; tuned on history: split {tuned['split_label']}, "
-        f"chunk budget {tuned['chunk_budget']}"
+        f"chunk budget {tuned['chunk_budget']} (late-last {tuned['chunk_budget_late_last']})"
     )
     for col in COLUMNS:
         table.add_column(col, justify="left" if col == "system" else "right")

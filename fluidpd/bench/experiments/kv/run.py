@@ -87,11 +87,12 @@ class KvRun:
 
     def best_baseline(self, wl: KvWorkload, load: float) -> Probe:
         """The best baseline's joint attainment on the history window at `load`. Quick: the tuning's
-        own runs (static-pd at every split and chunked at every budget, each with its policy's default
-        router); full: also every baseline row at the tuned knobs."""
+        own runs (static-pd at every split, chunked and chunked-late-last at every budget, each with
+        its policy's default router); full: also every baseline row at the tuned knobs."""
         history, _, _, tuned = self.point(wl, load)
         scores = {f"static-pd {k}P": v for k, v in tuned["split_attainment"].items()}
         scores |= {f"chunked budget {b}": v for b, v in tuned["chunk_budget_attainment"].items()}
+        scores |= {f"chunked-late-last budget {b}": v for b, v in tuned["chunk_budget_late_last_attainment"].items()}
         if not self.quick:
             self.bar.set_postfix_str(f"{wl.name} {load:.3g} baselines on history", refresh=False)
             got = self.map(_attainment, [(history, s, tuned, self.seed) for s in BASELINES])
@@ -166,7 +167,7 @@ def run_kv(
 ) -> dict:
     """The KV-reuse table: {"setting", "workloads" (saturation, loads, tunings), "kv" (workload -> share
     of saturation -> rows), "goals"}. `jobs` > 1: independent simulations (a load's rows, a tuning's
-    two searches, full's baselines on history) run in that many processes; every simulation is seeded
+    three searches, full's baselines on history) run in that many processes; every simulation is seeded
     on its own, so the results are the same as with 1. `host_gib` > 0: every row also runs with a host
     KV tier of that many GiB a worker (one per node with `pooled`), into "kv_host", compared in
     "host_tier" (tuning and saturation stay the untiered rows')."""

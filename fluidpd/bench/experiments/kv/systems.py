@@ -13,7 +13,12 @@ from fluidpd.sim.run import Setup
 from fluidpd.workload.trace import Trace
 
 ROUTER_NAMES = ("round-robin", "shortest-queue", "sglang-cache-aware", "dynamo-kv", "llm-d")
-POLICY_LABELS = {"chunked": "Sarathi-Serve chunked prefill", "static-pd": "DistServe-style static P/D"}
+POLICY_LABELS = {
+    "chunked": "Sarathi-Serve chunked prefill",
+    "chunked-late-last": "Sarathi-Serve chunked prefill, late-last queue order",
+    "static-pd": "DistServe-style static P/D",
+}
+BUDGET_KEYS = {"chunked": "chunk_budget", "chunked-late-last": "chunk_budget_late_last"}  # the tuning's keys
 QUICK_CHUNK_BUDGETS = (256, 512, 1024)  # full: the placement search's CHUNK_BUDGETS
 QUICK_SPLIT_SPAN = 1  # quick: splits tried either side of the one tuned at the workload's nearest load
 REFERENCE = "static-pd+cache-affinity"  # pure prefix affinity: the hot_prefix reference row
@@ -47,9 +52,9 @@ class System:
 
     def setup(self, tuned: dict, seed: int) -> Setup:
         """Its cluster as tuned on history: static-pd at the searched split (fluidpd starts there),
-        chunked at the searched token budget."""
-        if self.policy == "chunked":
-            s = setup(tuned["split"], seed, chunk_budget=tuned["chunk_budget"], router=self.router)
+        chunked and chunked-late-last each at the token budget searched under it."""
+        if self.policy in BUDGET_KEYS:
+            s = setup(tuned["split"], seed, chunk_budget=tuned[BUDGET_KEYS[self.policy]], router=self.router)
         else:
             s = setup(tuned["split"], seed, router=self.router)
         if not self.host_gib:
@@ -57,7 +62,7 @@ class System:
         return replace(s, sim=replace(s.sim, kv_offloading_size=self.host_gib, kv_offloading_pooled=self.pooled))
 
 
-BASELINES = tuple(System(p, r) for p in ("chunked", "static-pd") for r in ROUTER_NAMES)
+BASELINES = tuple(System(p, r) for p in ("chunked", "chunked-late-last", "static-pd") for r in ROUTER_NAMES)
 FLUID = (System("fluidpd", "shortest-queue", False), System("fluidpd", KvAffinity.name, False))
 SYSTEMS = (*BASELINES, *FLUID)
 REFERENCE_SYSTEM = System("static-pd", "cache-affinity", False)
@@ -71,26 +76,33 @@ def systems_for(workload: str) -> tuple[System, ...]:
 def tune(history: Trace, seed: int, quick: bool, near: int | None = None, pool: Executor | None = None) -> dict:
     """What every system is tuned to on the history window: the P/D split the placement search picks
     (`fixed_split`: static-pd at each split, best joint attainment; every split, or with `near` only
-    near-1..near+1) and chunked's token budget (`best_chunk_budget`: best joint attainment over
-    CHUNK_BUDGETS, quick: QUICK_CHUNK_BUDGETS; ties: the middle one). Each policy's own default
-    router. A history under MIN_HISTORY requests is searched all the same and flagged. With `pool`
-    the two searches run side by side."""
+    near-1..near+1) and the token budgets of chunked and chunked-late-last, each searched under its
+    own policy (`best_chunk_budget`: best joint attainment over CHUNK_BUDGETS, quick:
+    QUICK_CHUNK_BUDGETS; ties: the middle one). Each policy's own default router. A history under
+    MIN_HISTORY requests is searched all the same and flagged. With `pool` the three searches run
+    side by side."""
     short = len(history) < MIN_HISTORY
     budgets = QUICK_CHUNK_BUDGETS if quick else CHUNK_BUDGETS
-    searches = ((_split_search, history, seed, near_splits(near)), (_budget_search, history, seed, budgets))
+    searches = (
+        (_split_search, history, seed, near_splits(near)),
+        (_budget_search, history, seed, budgets, "chunked"),
+        (_budget_search, history, seed, budgets, "chunked-late-last"),
+    )
     if pool is None:
-        (k, splits), (b, scores) = (f(*a) for f, *a in searches)
+        (k, splits), (b, scores), (late, late_scores) = (f(*a) for f, *a in searches)
     else:
         futures = [pool.submit(f, *a) for f, *a in searches]
-        (k, splits), (b, scores) = (f.result() for f in futures)
+        (k, splits), (b, scores), (late, late_scores) = (f.result() for f in futures)
     return {
         "split": k,
         "split_label": f"{k}P:{N_WORKERS - k}D",
         "split_attainment": splits,
         "chunk_budget": b,
         "chunk_budget_attainment": scores,
+        "chunk_budget_late_last": late,
+        "chunk_budget_late_last_attainment": late_scores,
         "short_history": short,
-        "best_tuned_attainment": max(max(splits.values()), max(scores.values())),
+        "best_tuned_attainment": max(max(splits.values()), max(scores.values()), max(late_scores.values())),
     }
 
 
@@ -99,8 +111,8 @@ def _split_search(history: Trace, seed: int, splits: list[int] | None) -> tuple[
     return fixed_split(history, setup(2, seed), splits, min_history=0)
 
 
-def _budget_search(history: Trace, seed: int, budgets: tuple[int, ...]) -> tuple[int, dict[int, float]]:
-    return best_chunk_budget(history, setup(2, seed), budgets, min_history=0)
+def _budget_search(history: Trace, seed: int, budgets: tuple[int, ...], policy: str) -> tuple[int, dict[int, float]]:
+    return best_chunk_budget(history, setup(2, seed), budgets, min_history=0, policy=policy)
 
 
 def near_splits(near: int | None) -> list[int] | None:
@@ -113,4 +125,5 @@ def near_splits(near: int | None) -> list[int] | None:
 def tuning_runs(quick: bool, near: int | None = None) -> int:
     """Simulations one tuning takes."""
     splits = near_splits(near)
-    return (N_WORKERS - 1 if splits is None else len(splits)) + len(QUICK_CHUNK_BUDGETS if quick else CHUNK_BUDGETS)
+    budgets = QUICK_CHUNK_BUDGETS if quick else CHUNK_BUDGETS
+    return (N_WORKERS - 1 if splits is None else len(splits)) + len(BUDGET_KEYS) * len(budgets)

@@ -18,14 +18,16 @@ Workloads, each at several rate scales (time compressed by x):
                150 s phases (75 s in --quick). The rate scale multiplies both rates. At x1 static
                2P:6D loses the surges (the second one worst: its queue meets a decode pool still full
                of the wave's long generations) while 4P:4D loses the waves.
-Systems: colocated (vLLM-style), chunked (Sarathi-Serve), static-pd 2P:6D (the seed's SGLang / vLLM
-P/D baseline), static-pd at the best fixed split for that workload and rate (every split 1..7 is
-run; the one with the best joint attainment is kept and named), fluidtoken and fluidpd (both
-starting from 2P:6D).
+Systems: colocated (vLLM-style), chunked (Sarathi-Serve, FCFS as vLLM runs it), chunked late-last
+(the same with FluidPD's late-last queue order: a request already past SLO_TTFT waits behind the
+rest; its budget searched under that order), static-pd 2P:6D (the seed's SGLang / vLLM P/D
+baseline), static-pd at the best fixed split for that workload and rate (every split 1..7 is run;
+the one with the best joint attainment is kept and named), fluidtoken and fluidpd (both starting
+from 2P:6D).
 Headline rates (the Table 1 printout and headline.png): azure_code x1 (as recorded), azure_conv x1.5
 (the README's `make run` setting), phase_shift x1; the others feed the attainment-vs-rate curves.
-Goodput (full mode): the highest azure_code rate scale with >= 90% joint attainment, fluidpd vs every
-static split.
+Goodput (full mode): the highest azure_code rate scale with >= 90% joint attainment, fluidpd vs
+distserve, chunked, chunked late-last and every static split.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from fluidpd.bench.experiments.table1.report import print_results, print_setting
 from fluidpd.bench.experiments.table1.run import run_table1
 from fluidpd.core.argtypes import names_of, positive
 
-HELP = "SLO attainment, P99 TTFT and TBT of eight systems on three workloads"
+HELP = "SLO attainment, P99 TTFT and TBT of nine systems on three workloads"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

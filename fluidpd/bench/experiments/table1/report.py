@@ -55,7 +55,7 @@ def print_headline(console: Console, name: str, entry: dict, rows: list[dict]) -
     table = Table(
         title=f"Table 1: {name} x{x:g} ({run['requests']} requests, {entry['window_s']:g} s from "
         f"{entry['start_s']:g} s) - headline rate; tuned on history: split {tuned['split_label']}, "
-        f"chunk budget {tuned['chunk_budget']}"
+        f"chunk budget {tuned['chunk_budget']} (late-last {tuned['chunk_budget_late_last']})"
     )
     for col in HEADLINE_COLUMNS:
         table.add_column(col, justify="left" if col in ("system", "split", "what it is") else "right")
@@ -66,7 +66,7 @@ def print_headline(console: Console, name: str, entry: dict, rows: list[dict]) -
 
 def _headline_cells(r: dict) -> tuple[str, ...]:
     dynamic = "transitions" in r and r["system"] not in ("static-pd 2P:6D", "static-pd best")
-    placed = r["policy"] != "colocated" and r["system"] != "chunked"
+    placed = r["policy"] not in ("colocated", "chunked", "chunked-late-last")
     split = ("from " if dynamic else "") + r["split"] if placed else "-"
     return (
         r["system"],
@@ -119,11 +119,13 @@ def print_goodput(console: Console, gp: dict | None) -> None:
     console.print(
         f"[bold]Goodput[/] ({gp['workload']}, highest rate scale with >= {gp['target_attainment']:.0%} "
         f"joint attainment): fluidpd x{gp['fluidpd']:.2f}, distserve ({gp['distserve_split']}) "
-        f"x{gp['distserve']:.2f}, chunked ({gp['chunk_budget']}) x{gp['chunked']:.2f}; static-pd {splits}"
+        f"x{gp['distserve']:.2f}, chunked ({gp['chunk_budget']}) x{gp['chunked']:.2f}, chunked late-last "
+        f"({gp['chunk_budget_late_last']}) x{gp['chunked_late_last']:.2f}; static-pd {splits}"
     )
     console.print(
         f"fluidpd / distserve {gp['ratio_vs_distserve']:.2f}x (goal {gp['goal']['distserve']:g}x), "
-        f"/ chunked {gp['ratio_vs_chunked']:.2f}x (goal {gp['goal']['chunked']:g}x), / oracle "
+        f"/ chunked {gp['ratio_vs_chunked']:.2f}x (goal {gp['goal']['chunked']:g}x), / chunked late-last "
+        f"{gp['ratio_vs_chunked_late_last']:.2f}x (goal {gp['goal']['chunked late-last']:g}x), / oracle "
         f"{gp['best_static_split']} {gp['ratio_vs_best_static']:.2f}x: {'met' if gp['met'] else 'NOT met'}"
     )
 

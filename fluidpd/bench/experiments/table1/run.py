@@ -41,6 +41,7 @@ from fluidpd.workload.trace import Trace
 SYSTEMS = (
     "colocated",
     "chunked",
+    "chunked late-last",
     "static-pd 2P:6D",
     "distserve",
     "autoscaler",
@@ -51,6 +52,7 @@ SYSTEMS = (
 LABELS = {
     "colocated": "vLLM-style continuous batching",
     "chunked": "Sarathi-Serve chunked prefill, token budget tuned on history",
+    "chunked late-last": "Sarathi-Serve chunked prefill, late-last queue order, budget tuned on history",
     "static-pd 2P:6D": "the seed's SGLang / vLLM P/D baseline",
     "distserve": "split searched on history; replanning by cold restart",
     "autoscaler": "Dynamo-style SLA planner from the distserve split; warm restarts",
@@ -77,7 +79,8 @@ def run_table1(
     Each evaluated window has a history window before it (the Azure traces: the window before; the
     synthetic phase shift: another draw of the same process). What is tuned is tuned there: the
     distserve split (`placement` "auto": every static split simulated on the history, the best
-    kept; or a `fluidpd place` JSON) and chunked's token budget. Only "static-pd best" looks at the
+    kept; or a `fluidpd place` JSON) and the token budgets of chunked and chunked late-last (each
+    searched under its own queue order). Only "static-pd best" looks at the
     evaluated window (every split tried on it): the oracle."""
     names = _checked(workloads, scales)
     window = window_s or (QUICK_WINDOW_S if quick else FULL_WINDOW_S)
@@ -117,8 +120,9 @@ def _checked(workloads: list[str] | None, scales: tuple[float, ...] | None) -> l
 
 
 def _runs(plan: dict[str, tuple[float, ...]]) -> int:
-    """Simulations per Table 1 (the progress bar's total): tuning, the systems and every split."""
-    per_scale = len(SPLITS) + len(CHUNK_BUDGETS) + len(SYSTEMS) - 2 + len(SPLITS)
+    """Simulations per Table 1 (the progress bar's total): tuning (the splits, both chunked budget
+    searches), the systems and every split (the two static-pd systems are splits' runs)."""
+    per_scale = len(SPLITS) + 2 * len(CHUNK_BUDGETS) + len(SYSTEMS) - 2 + len(SPLITS)
     return sum(len(s) for s in plan.values()) * per_scale
 
 
@@ -194,6 +198,12 @@ class Table1Run:
             "colocated": self._run(p, "colocated", "colocated", setup(BASELINE_SPLIT, seed)),
             "chunked": self._run(
                 p, "chunked", "chunked", setup(BASELINE_SPLIT, seed, chunk_budget=tuned["chunk_budget"])
+            ),
+            "chunked late-last": self._run(
+                p,
+                "chunked late-last",
+                "chunked-late-last",
+                setup(BASELINE_SPLIT, seed, chunk_budget=tuned["chunk_budget_late_last"]),
             ),
             "static-pd 2P:6D": splits[BASELINE_SPLIT],
             "distserve": self._run(p, "distserve", "distserve", setup(k, seed), replan="restart"),
