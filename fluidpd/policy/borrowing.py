@@ -32,11 +32,11 @@ class Borrowing:
         self.borrowed = 0
         self.spread = 0
 
-    def prefill_rate(self, w: WorkerView) -> float:
+    def prefill_rate(self, w: WorkerView, room: bool = True) -> float:
         """Prompt tokens a second `w` prefills by borrowing: a chunk of the size its slack fits in every
-        step (0 without slack or KV room to borrow into)."""
+        step (0 without slack or, with `room`, without KV room to borrow into)."""
         c = self.chunk_tokens(w, forecast=True)
-        if not c or self._room(w) <= 0:
+        if not c or (room and self._room(w) <= 0):
             return 0.0
         return c / (self.t_iter(w) + self.chunk_cost(w.num_decoding, 0, c, self.cost_scale(w)))
 

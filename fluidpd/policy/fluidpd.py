@@ -5,23 +5,27 @@
   Sustained prefill deficit: PPI_H > theta_P_high for tau_persist and DPI < theta_D_idle
                                                                   -> FluidRole decode j* -> prefill
   Sustained decode deficit:  DPI > theta_D_high for tau_persist and PPI < theta_P_idle,
-                           or the decode pool short of KV for tau_persist: hand-offs wait for
-                           more than it has free, or while PPI > 1 its free KV is under
-                           kv_headroom (FluidToken has no room to borrow into)
+                           or for tau_persist the shape with one more decode worker is predicted
+                           to serve more over the horizon than this one, by more than the switch costs
                                                                   -> FluidRole prefill k* -> decode
 FluidToken borrows whenever PPI > 1, not only in the spike state: with DPI high from KV use
 (overloaded) single decode workers can still have step slack and KV room, and those two checks,
 per worker, are what keep borrowing from hurting decode. Where workers share a host's cores
 (`CostModel.compute_slots`) it does not borrow while prefill workers with work fill every slot: a
-borrowed chunk would then only take their cores. A decode pool short of KV is a decode
-deficit however high PPI is: the prefill worker that switches decodes the KV it holds in place (the
-KV the waiting hand-offs could not place), and its KV gives FluidToken room, whose chunks ride on
-decode steps that are memory-bound anyway.
-All-decode state: the last prefill worker may switch too when the decode pool is short of KV
-(both phases overloaded: P/D's dedicated prefill KV cannot hold decodes, and FluidToken on every
-worker is chunked prefill with a per-step TBT bound); prompts then go to the decode worker with the
-least queued prefill work, and PPI is computed over the decode workers' queues, so a backlog brings
-a prefill worker back by the ordinary prefill-deficit rule.
+borrowed chunk would then only take their cores.
+A prefill -> decode switch is a prediction too: each shape serves min(prefill share, decode share)
+of what arrives over the horizon (`PrefillForecast.served`, `DecodeForecast.served`: the prefill
+capacity, FluidToken's borrowing on the decode workers included, against the queued and routed
+prefill work; the decode pool's KV against its predicted demand). One more decode worker is taken
+when that share gains more than the switch costs (`switch_cost_s` of one worker out of the cluster,
+over the horizon): a decode pool short of KV switches a prefill worker, which decodes the KV it
+holds in place, unless the prefill side would then fall further behind than decode gains. A
+decode -> prefill switch is also held to it: none that the prediction says serves less.
+All-decode state: the last prefill worker may switch too when the prediction says so (both phases
+overloaded: P/D's dedicated prefill KV cannot hold decodes, and FluidToken on every worker is
+chunked prefill with a per-step TBT bound); prompts then go to the decode worker with the least
+queued prefill work, and PPI is computed over the decode workers' queues, so a backlog brings a
+prefill worker back by the ordinary prefill-deficit rule.
 A decode -> prefill switch is a prediction, not a reading (`fluidpd.policy.shape`): PPI_H is where
 the prefill backlog will be after `horizon_s` at the work routed per second over the last horizon,
 against this shape's prefill capacity, FluidToken's borrowing on the decode workers included; and j*
@@ -37,6 +41,7 @@ from __future__ import annotations
 from fluidpd.policy import fluidrole, routing, stepplan
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.costs import CostModel
+from fluidpd.policy.decode_demand import DecodeDemand, DecodeForecast
 from fluidpd.policy.fluidconfig import LATE_LAST, FluidConfig
 from fluidpd.policy.fluidrole import RoleTransition
 from fluidpd.policy.fluidtoken import FluidToken
@@ -82,7 +87,9 @@ class FluidPD(RoleSwitches, StaticPD):
         self.transitions: list[RoleTransition] = []
         self.forced: list[tuple[int, Role]] = []
         self._since: dict[str, float] = {}
-        self.kv_short = False  # the decode pool is short of KV (last control cycle)
+        self.decode_demand = DecodeDemand(fluid.horizon_s, fluid.history_s)
+        self.decode_forecast: DecodeForecast | None = None
+        self.to_decode = 0.0  # what one more decode worker gains in predicted served share, less its cost
         self.prefill_scale = 1.0  # measured / modelled prefill step time (EWMA over prefill steps)
         self.prefill_forecast: PrefillForecast | None = None  # the last control cycle's, while PPI > theta_P_high
         self.demand = PrefillDemand(fluid.horizon_s)  # prefill work routed per second (the shape predictor's)
@@ -151,10 +158,12 @@ class FluidPD(RoleSwitches, StaticPD):
         ppi = prefill_pressure_index(view, self.prefill_work, c.slo.ttft_s, f.ppi_cap)
         dpi = decode_pressure_index(view, c.slo.tbt_s, f.alpha, self.token.t_iter)
         self.pressure = Pressure(view.now, ppi, dpi)
-        self.kv_short = kv_bound(view, f.token.kv_headroom if ppi > 1.0 else None)
-        self.prefill_forecast = self.forecast(view) if ppi > f.theta_p_high else None
-        role_ppi = ppi if self.prefill_forecast is None else self.prefill_forecast.ppi
-        self.state = self.classify(view.now, ppi, dpi, self.kv_short, role_ppi)
+        self.decode_forecast = df = self.decode_demand.observe(view)
+        decode_short = df.room(f.token.kv_headroom) < 1.0
+        self.prefill_forecast = self.forecast(view) if ppi > f.theta_p_high or decode_short else None
+        role_ppi = ppi if self.prefill_forecast is None or ppi <= f.theta_p_high else self.prefill_forecast.ppi
+        self.to_decode = self.decode_gain(view) if decode_short else 0.0
+        self.state = self.classify(view.now, ppi, dpi, self.to_decode > 0, role_ppi)
         if not self.history or view.now - self.history[-1][0] >= f.history_s:
             self.history.append((view.now, ppi, dpi, self.state))
         actions: list = []
@@ -184,25 +193,54 @@ class FluidPD(RoleSwitches, StaticPD):
         prefill = sum(1 for w in view.workers if w.role is Role.PREFILL and w.routable)
         if not prefill:
             return None
-        borrowing = {}
+        borrowing, lendable = {}, {}
         if self.use_token and not self.cores_prefilling(view):
             batch = self.config.prefill_batch_tokens or self.token.config.max_chunk
             per_worker = batch / self.prefill_work(batch)
             for w in view.workers:
                 if w.role is Role.DECODE and w.routable:
                     borrowing[w.id] = min(1.0, self.token.prefill_rate(w) / per_worker)
+                    lendable[w.id] = min(1.0, self.token.prefill_rate(w, room=False) / per_worker)
         work = sum(self.prefill_work(r.prefill_remaining - r.queued_hit) for w in prompt_pool(view) for r in w.queue)
         f = self.fluid
-        return PrefillForecast(work, self.demand.rate(view.now), prefill, borrowing, self.costs.slo.ttft_s, f.horizon_s)
+        now = view.now
+        rate, seen = self.demand.rate(now), self.demand.rate(now, seen=True)
+        return PrefillForecast(work, rate, prefill, borrowing, self.costs.slo.ttft_s, f.horizon_s, lendable, seen)
+
+    def served(self, moved: int, leaving: int | None = None) -> float:
+        """The share of what arrives over the horizon that the shape with `moved` workers moved from
+        decode to prefill (negative: from prefill to decode) serves: min of the prefill and decode
+        sides, FluidToken lending what its slack allows on the decode workers in proportion to the KV
+        they have for it. `leaving`: the decode worker that becomes a prefill worker (a worker that
+        joins the decode pool lends the pool's mean)."""
+        pf, df = self.prefill_forecast, self.decode_forecast
+        assert pf is not None and df is not None
+        lent = sum(pf.lendable.values())
+        if moved > 0 and leaving is not None:
+            lent -= pf.lendable.get(leaving, 0.0)
+        elif moved < 0 and pf.lendable:
+            lent -= moved * lent / len(pf.lendable)
+        room = df.room(self.fluid.token.kv_headroom, -moved)
+        return min(pf.served(moved, lent * room), df.served(-moved))
+
+    def decode_gain(self, view: ClusterView) -> float:
+        """What one more decode worker gains in predicted served share over the horizon, less the
+        switch's cost (`switch_cost_s` of one routable worker's time, over the horizon); 0 without a
+        prefill worker to move."""
+        if self.prefill_forecast is None or self.decode_forecast is None:
+            return 0.0
+        f = self.fluid
+        n = sum(1 for w in view.workers if w.routable)
+        return self.served(-1) - self.served(0) - f.switch_cost_s / (max(n, 1) * f.horizon_s)
 
     def classify(
-        self, now: float, ppi: float, dpi: float, kv_bound: bool = False, role_ppi: float | None = None
+        self, now: float, ppi: float, dpi: float, to_decode: bool = False, role_ppi: float | None = None
     ) -> str:
         """The control state; `role_ppi` (default `ppi`) is what a sustained prefill deficit reads."""
         f = self.fluid
         role_ppi = ppi if role_ppi is None else role_ppi
         deficit_p = self._held("p", role_ppi > f.theta_p_high and dpi < f.theta_d_idle, now)
-        deficit_d = self._held("d", (dpi > f.theta_d_high and ppi < f.theta_p_idle) or kv_bound, now)
+        deficit_d = self._held("d", (dpi > f.theta_d_high and ppi < f.theta_p_idle) or to_decode, now)
         if deficit_p:
             return PREFILL_DEFICIT
         if deficit_d:
@@ -220,17 +258,6 @@ class FluidPD(RoleSwitches, StaticPD):
             return False
         since = self._since.setdefault(key, now)
         return now - since >= self.fluid.tau_persist_s
-
-
-def kv_bound(view: ClusterView, headroom: float | None = None) -> bool:
-    """The routable decode pool is short of KV: hand-offs wait for more than it has free, or (with
-    `headroom`, while prompts queue) what it has free beyond them is under that share of its KV,
-    so FluidToken has no room to borrow into."""
-    pool = [w for w in view.workers if w.role is Role.DECODE and w.routable]
-    free = sum(w.free_blocks - w.pull_blocks_pending for w in pool)
-    if free < 0:
-        return True
-    return headroom is not None and free < headroom * sum(w.kv_blocks_total for w in pool)
 
 
 class FluidTokenOnly(FluidPD):

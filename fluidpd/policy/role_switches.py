@@ -21,7 +21,10 @@ class RoleSwitches:
     if TYPE_CHECKING:  # what FluidPD provides
         fluid: FluidConfig
         pressure: Pressure
-        kv_short: bool
+        to_decode: float
+
+        def served(self, moved: int, leaving: int | None = None) -> float: ...
+
         use_token: bool
         prefill_forecast: PrefillForecast | None
         transition: RoleTransition | None
@@ -42,7 +45,7 @@ class RoleSwitches:
         floor = DecodeFloor(view, self.fluid.decode_kv_share)
 
         def eligible(w) -> bool:
-            last_may_go = w.role is Role.PREFILL and self.use_token and self.kv_short
+            last_may_go = w.role is Role.PREFILL and self.use_token and self.to_decode > 0
             if (serving[w.role] < 2 and not last_may_go) or view.now - w.role_since < self.fluid.tau_residence_s:
                 return False
             return w.role is not Role.DECODE or self._decode_floor_holds(floor, w)
@@ -51,9 +54,13 @@ class RoleSwitches:
 
     def _worth_prefill(self, view: ClusterView):
         """Eligible, and as a prefill worker it gains more prefill work over the horizon than the
-        switch costs (one that already prefills nearly as much by borrowing is not)."""
+        switch costs (one that already prefills nearly as much by borrowing is not), in a shape
+        predicted to serve no less (the decode side may lose more than prefill gains)."""
         eligible, fc = self._can_move(view), self.prefill_forecast
-        return lambda w: eligible(w) and (fc is None or fc.gain_s(w.id) > self.fluid.switch_cost_s)
+        if fc is None:
+            return eligible
+        now = self.served(0)
+        return lambda w: eligible(w) and fc.gain_s(w.id) > self.fluid.switch_cost_s and self.served(1, w.id) >= now
 
     def _decode_floor_holds(self, floor: DecodeFloor, leaving) -> bool:
         """The decode pool without `leaving` still holds the KV decode needs (what is in use and

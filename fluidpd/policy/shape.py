@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+MIN_SPAN_S = 1.0  # a rate over what was seen is over at least this long
+
 
 @dataclass(slots=True)
 class PrefillDemand:
@@ -30,16 +32,23 @@ class PrefillDemand:
     horizon_s: float
     _routed: deque = field(default_factory=deque)  # (time, work)
     _sum: float = 0.0
+    _first: float | None = None  # when the first request was routed
 
     def add(self, now: float, work_s: float) -> None:
+        if self._first is None:
+            self._first = now
         self._routed.append((now, work_s))
         self._sum += work_s
         self._trim(now)
 
-    def rate(self, now: float) -> float:
-        """Work routed per second over the last horizon (its full length, however young the run)."""
+    def rate(self, now: float, seen: bool = False) -> float:
+        """Work routed per second over the last horizon (its full length, however young the run; with
+        `seen`, over the part of it since the first request was routed)."""
         self._trim(now)
-        return max(0.0, self._sum) / self.horizon_s
+        span = self.horizon_s
+        if seen and self._first is not None:
+            span = min(span, max(now - self._first, MIN_SPAN_S))
+        return max(0.0, self._sum) / span
 
     def _trim(self, now: float) -> None:
         while self._routed and self._routed[0][0] <= now - self.horizon_s:
@@ -64,6 +73,8 @@ class PrefillForecast:
     borrowing: dict[int, float]  # decode worker -> what it prefills by borrowing, in prefill workers
     slo_ttft_s: float
     horizon_s: float
+    lendable: dict[int, float] = field(default_factory=dict)  # ... by slack alone, with KV room or not
+    rate_seen: float | None = None  # `rate` over the part of the horizon seen so far (a young run)
 
     @property
     def capacity(self) -> float:
@@ -73,6 +84,16 @@ class PrefillForecast:
     def ppi(self) -> float:
         """PPI_H of this shape."""
         return predicted_ppi(self.work_s, self.rate, self.capacity, self.slo_ttft_s, self.horizon_s)
+
+    def served(self, extra_workers: int = 0, borrowing: float | None = None) -> float:
+        """The share of the prefill demand over the horizon (the queue now and what arrives) that the
+        shape with `extra_workers` more (fewer, if negative) prefill workers clears, its decode
+        workers borrowing `borrowing` prefill workers' worth (default: as now)."""
+        rate = self.rate if self.rate_seen is None else self.rate_seen
+        need = self.work_s + rate * self.horizon_s
+        lent = sum(self.borrowing.values()) if borrowing is None else borrowing
+        capacity = max(0.0, self.prefill_workers + extra_workers + lent)
+        return 1.0 if need <= 0 else min(1.0, capacity * self.horizon_s / need)
 
     def gain_s(self, wid: int) -> float:
         """Prefill work-seconds decode worker `wid` adds over the horizon as a prefill worker."""

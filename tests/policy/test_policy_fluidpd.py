@@ -31,8 +31,8 @@ def test_four_states_and_persistence():
     assert pol.classify(2.0, 0.1, 0.95) == fp.BALANCED  # DPI above theta_D_high, not yet held
     assert pol.classify(3.05, 0.1, 0.95) == fp.DECODE_DEFICIT
     assert pol.classify(3.1, 1.2, 0.9) == fp.OVERLOADED  # prefill spike without decode slack
-    assert pol.classify(3.2, 5.0, 0.9, kv_bound=True) == fp.OVERLOADED  # KV-bound, not yet held
-    assert pol.classify(4.25, 5.0, 0.9, kv_bound=True) == fp.DECODE_DEFICIT  # however high PPI is
+    assert pol.classify(3.2, 5.0, 0.9, to_decode=True) == fp.OVERLOADED  # one more decode worker gains: not yet held
+    assert pol.classify(4.25, 5.0, 0.9, to_decode=True) == fp.DECODE_DEFICIT  # however high PPI is
 
 
 def test_config_validation_and_policy_needs_cost_models():

@@ -180,19 +180,7 @@ def test_prefill_to_decode_prefers_the_worker_holding_kv_among_equals():
     assert choose_prefill_to_decode(SimpleNamespace(workers=ws), lambda w: True) == 1
 
 
-def test_kv_bound_when_hand_offs_wait_for_more_kv_than_decode_has_free():
-    from fluidpd.policy.fluidpd import kv_bound
-
-    view = _pool(900, 0, [])
-    assert not kv_bound(view)
-    view.workers[1].pull_blocks_pending = 150  # 100 free
-    assert kv_bound(view)
-    view.workers[1].pull_blocks_pending = 0
-    assert kv_bound(view, headroom=0.2)  # 100 free of 1000: no room to borrow into
-    assert not kv_bound(view, headroom=0.05)
-
-
-def test_the_last_prefill_worker_may_go_only_when_the_decode_pool_is_short_of_kv():
+def test_the_last_prefill_worker_may_go_only_when_one_more_decode_worker_is_predicted_to_gain():
     from fluidpd.policy.fluidpd import FluidPD
     from fluidpd.policy.telemetry import prefill_pressure_index
 
@@ -203,8 +191,8 @@ def test_the_last_prefill_worker_may_go_only_when_the_decode_pool_is_short_of_kv
         w.role_since, w.queued_tokens = -100.0, 0
     prefill = view.workers[0]
     assert not pol._can_move(view)(prefill)  # the last prefill worker stays ...
-    pol.kv_short = True
-    assert pol._can_move(view)(prefill)  # ... unless decode is short of KV: all-decode state
+    pol.to_decode = 0.1
+    assert pol._can_move(view)(prefill)  # ... unless the shape with one more decode worker serves more
     pol.use_token = False
     assert not pol._can_move(view)(prefill)  # without FluidToken nobody would prefill
     pol.use_token = True
