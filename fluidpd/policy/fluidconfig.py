@@ -26,7 +26,9 @@ class FluidConfig:
     drain_timeout_s: float = knob(30.0, "a FluidRole drain longer than this rolls back (0: never)")
     decode_kv_share: float = knob(0.8, "a decode worker may leave only if the rest hold decode's KV within this share")
     horizon_s: float = knob(30.0, "a decode -> prefill switch needs a prefill deficit predicted this far ahead")
-    switch_cost_s: float = knob(2.0, "a decode -> prefill switch must gain more prefill work-s over the horizon")
+    switch_cost_s: float = knob(
+        2.0, "a role switch costs this many seconds of one worker: it must gain more over the horizon"
+    )
     queue_order: str = knob(
         LATE_LAST, "prefill queues: fcfs, or late-last (requests already past SLO_TTFT wait behind the rest)"
     )
