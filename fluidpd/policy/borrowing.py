@@ -32,11 +32,11 @@ class Borrowing:
         self.borrowed = 0
         self.spread = 0
 
-    def prefill_rate(self, w: WorkerView, room: bool = True) -> float:
-        """Prompt tokens a second `w` prefills by borrowing: a chunk of the size its slack fits in every
-        step (0 without slack or, with `room`, without KV room to borrow into)."""
+    def prefill_rate(self, w: WorkerView) -> float:
+        """Prompt tokens a second `w` prefills by borrowing when it has KV room (`has_room`): a chunk of
+        the size its slack fits in every step (0 without slack)."""
         c = self.chunk_tokens(w, forecast=True)
-        if not c or (room and self._room(w) <= 0):
+        if not c:
             return 0.0
         return c / (self.t_iter(w) + self.chunk_cost(w.num_decoding, 0, c, self.cost_scale(w)))
 
@@ -81,6 +81,10 @@ class Borrowing:
                 actions.append(Borrow(req, owner[req.id], home.id))
         self.borrowed += len(actions)
         return actions
+
+    def has_room(self, w: WorkerView) -> bool:
+        """`w` has KV room to borrow into (beyond what it keeps free for hand-offs)."""
+        return self._room(w) > 0
 
     def _room(self, w: WorkerView) -> int:
         return (

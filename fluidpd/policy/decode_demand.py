@@ -6,9 +6,9 @@ hand-offs queued on it (prefilled KV that waits on a prefill worker for decode r
 next horizon it is predicted as the larger of what it is now and its mean over the last horizon
 (sampled every `every_s`; since the start in a younger run): a demand that rises stays until the
 requests holding it finish, and one that has fallen for a moment comes back. A rise that lasts
-less than tau_persist moves no worker (the decision holds it that long). The decode side of a shape serves a share
-min(1, K / D_H) of it, K the routable decode pool's KV blocks: hand-offs beyond K wait for room
-whatever the prefill side does.
+less than tau_persist moves no worker (the decision holds it that long). The decode side of a shape
+serves a share min(1, K / D_H) of it, K the routable decode pool's KV blocks: hand-offs beyond K
+wait for room whatever the prefill side does.
 """
 
 from __future__ import annotations

@@ -199,8 +199,8 @@ class FluidPD(RoleSwitches, StaticPD):
             per_worker = batch / self.prefill_work(batch)
             for w in view.workers:
                 if w.role is Role.DECODE and w.routable:
-                    borrowing[w.id] = min(1.0, self.token.prefill_rate(w) / per_worker)
-                    lendable[w.id] = min(1.0, self.token.prefill_rate(w, room=False) / per_worker)
+                    lendable[w.id] = min(1.0, self.token.prefill_rate(w) / per_worker)
+                    borrowing[w.id] = lendable[w.id] if self.token.has_room(w) else 0.0
         work = sum(self.prefill_work(r.prefill_remaining - r.queued_hit) for w in prompt_pool(view) for r in w.queue)
         f = self.fluid
         now = view.now
