@@ -1,21 +1,13 @@
 """benchmarks/sim_host_tier.py on a short Mooncake window: the hit rate split by tier adds up, a host
 tier turns misses into host hits, and nothing passes the oracle."""
 
-import importlib.util
-import sys
-from pathlib import Path
+from benchscript import load
 
 from fluidpd.bench.experiments.kv.setting import WORKLOADS
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_host_tier.py"
-
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sim_host_tier", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load("sim_host_tier")
 
 
 def test_a_host_tier_adds_host_hits_below_the_oracle():

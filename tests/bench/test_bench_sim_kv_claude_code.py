@@ -1,19 +1,11 @@
 """benchmarks/sim_kv_claude_code.py's goodput search: chunked-late-last is searched and counted among
 the chunked baselines fluidpd is held against (simulations replaced by fixed attainments)."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_kv_claude_code.py"
+from benchscript import load
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sim_kv_claude_code", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load("sim_kv_claude_code")
 
 
 def test_goodput_holds_fluidpd_against_the_best_chunked_late_last_included(monkeypatch, capsys):

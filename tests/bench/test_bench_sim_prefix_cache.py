@@ -1,21 +1,13 @@
 """benchmarks/sim_prefix_cache.py's routing bound on a few simulated Claude Code sessions (the script's
 infinite cache must keep following PrefixCache's interface: it failed once when release gained a flag)."""
 
-import importlib.util
-import sys
-from pathlib import Path
+from benchscript import load
 
 from fluidpd.workload.claude_code import load_claude_code
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_prefix_cache.py"
-
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sim_prefix_cache", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load("sim_prefix_cache")
 
 
 def test_the_routing_bound_lies_between_the_hit_rate_and_the_oracle_for_every_kind_of_policy():
