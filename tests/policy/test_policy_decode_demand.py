@@ -102,3 +102,44 @@ def test_no_prefill_worker_moves_while_the_prefill_side_would_serve_less_than_de
     assert pol.decode_forecast.served() < 1.0
     assert pol.served(-1) < pol.served(0)  # a prefill worker fewer serves less of the prompts
     assert pol.to_decode <= 0
+
+
+def test_step_share_is_the_pools_per_request_step_time_against_what_its_workers_hold_within_slo_tbt():
+    f = DecodeForecast(100, 100, 2000, 1000, step_work_h=0.06, workers=2, step_budget=0.025)
+    assert f.step_bound
+    assert f.served() == pytest.approx(0.05 / 0.06)  # plenty of KV: the steps are the limit
+    assert f.served(1) == 1.0 and f.served(-1) == pytest.approx(0.025 / 0.06)
+    assert not DecodeForecast(100, 100, 2000, 1000, step_work_h=0.04, workers=2, step_budget=0.025).step_bound
+    assert DecodeForecast(100, 100, 2000, 1000, step_work_h=0.06, workers=2).served() == 1.0  # not priced
+
+
+def test_step_work_is_summed_over_decoding_workers_and_held_over_the_horizon_as_the_kv_is():
+    dd = DecodeDemand(horizon_s=10.0, every_s=1.0)
+    decode = [_worker(1, Role.DECODE), _worker(2, Role.DECODE)]
+    idle = _worker(3, Role.DECODE)
+    idle.num_decoding = 0  # nothing decoding: no step to price
+    work = {1: 0.03, 2: 0.01, 3: 0.5}
+    f = dd.observe(_view(0.0, [*decode, idle]), lambda w: work[w.id], 0.02)
+    assert (f.step_work_h, f.workers, f.step_budget) == (pytest.approx(0.04), 3, 0.02)
+    work[1] = 0.0
+    f = dd.observe(_view(1.0, [*decode, idle]), lambda w: work[w.id], 0.02)
+    assert f.step_work_h == pytest.approx(0.025)  # fallen for a moment: the mean
+
+
+def test_a_prefill_worker_moves_to_decode_when_the_decode_steps_reach_slo_tbt_with_kv_to_spare():
+    pol = _fluidpd()
+    workers = [
+        _worker(0, Role.PREFILL),
+        _worker(1, Role.PREFILL),
+        _worker(2, Role.DECODE, used=100),
+        _worker(3, Role.DECODE, used=100),
+    ]
+    for w in workers[2:]:
+        w.step_time_ewma_s = 0.039  # decode steps at SLO_TBT, KV nearly empty
+    pol.tick(_view(0.0, workers))
+    df = pol.decode_forecast
+    assert df.step_bound and df.served() < 1.0 and df.served(1) > df.served()
+    assert pol.to_decode > 0
+    pol.tick(_view(pol.fluid.tau_persist_s + 0.1, workers))
+    assert pol.state == "decode-deficit"
+    assert pol.transition.dst_role is Role.DECODE
