@@ -48,6 +48,12 @@ CLAIMS = (
     Claim("table1_sim", "fluidpd experiment table1", (*FLUIDPD, "experiment", "table1", "--out", "results/table1"), 60),
     Claim("azure_code_bound", "benchmarks/azure_code_bound.py", (*PY, "benchmarks/azure_code_bound.py"), 5),
     Claim("runtime_table1", "benchmarks/runtime_table1.py", (*PY, "benchmarks/runtime_table1.py"), 30),
+    Claim(
+        "runtime_phase_shift",
+        "benchmarks/runtime_table1.py --phase-shift-s 20",
+        (*PY, "benchmarks/runtime_table1.py", "--phase-shift-s", "20", "--out", "results/runtime_table1_phase_shift"),
+        30,
+    ),
     Claim("runtime_fluidtoken", "benchmarks/runtime_fluidtoken.py", (*PY, "benchmarks/runtime_fluidtoken.py"), 2),
     Claim("replan", "fluidpd experiment replan", (*FLUIDPD, "experiment", "replan", "--out", "results/replan"), 20),
     Claim("runtime_fluidrole", "benchmarks/runtime_fluidrole.py", (*PY, "benchmarks/runtime_fluidrole.py"), 3),

@@ -21,6 +21,10 @@ attainment, P99 TTFT and P99 TBT (over all gaps), real and simulated; writes the
 bar plots (PNG); the headline is the last line.
 
     cd benchmarks && ../.venv/bin/python runtime_table1.py [--share 1.0 | --rate 0.1] [--trace azure_code:0.1@9100]
+        [--phase-shift-s 20]
+
+--phase-shift-s S: the seed's shifting regime (a prompt surge, then a generation wave, S seconds each
+of the trace's clock, `fluidpd.workload.synth.phase_shift`), the window its fifth cycle, history its fourth.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from fluidpd.bench.plots import bars_plot
 from fluidpd.core.metrics import Slo
 from fluidpd.runtime.config import RuntimeConfig
 from fluidpd.runtime.steplog import read_step_log
+from fluidpd.workload.synth import phase_shift
 
 SYSTEMS = ("chunked", "static-pd", "fluidpd")
 
@@ -49,10 +54,27 @@ def row(summary: dict) -> dict:
     return {k: summary[k] for k in keys}
 
 
+def phase_shift_window(out: Path, phase_s: float, cycles: int = 12) -> tuple[str, float]:
+    """`phase_shift` with `cycles` cycles of `phase_s`-second phases as a trace file in `out`, and
+    the window (NAME:1@START) and duration of its fifth cycle (the fourth is its history)."""
+    trace = phase_shift(phase_s, cycles=cycles, seed=0)
+    path = out / "phase_shift.csv"
+    rows = zip(trace.arrival_s, trace.prompt_len, trace.output_len)
+    path.write_text("arrival_s,prompt_len,output_len\n" + "".join(f"{a:.6f},{p},{o}\n" for a, p, o in rows))
+    return f"{path}:1@{8 * phase_s:g}", 2 * phase_s
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default="azure_code:0.1@9100", help="NAME:RATE@START: the window's requests")
     ap.add_argument("--duration", type=float, default=150.0, help="the window, seconds of the RATE-scaled clock")
+    ap.add_argument(
+        "--phase-shift-s",
+        type=float,
+        default=0.0,
+        help="the shifting regime instead of --trace: FluidPD's phase_shift (a prompt surge, then a generation "
+        "wave, this many seconds each; 12 cycles written to --out), the window its fifth cycle",
+    )
     ap.add_argument("--share", type=float, default=1.0, help="replay at this share of the host's saturation rate")
     ap.add_argument("--rate", type=float, default=None, help="replay at this fixed rate scale instead")
     ap.add_argument("--max-requests", type=int, default=300)
@@ -68,6 +90,8 @@ def main() -> None:
     args.ttft_slo, args.tbt_slo = defaults.ttft_slo_s, defaults.tbt_slo_s
     slo = Slo(args.ttft_slo, args.tbt_slo)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.phase_shift_s:
+        args.trace, args.duration = phase_shift_window(args.out, args.phase_shift_s)
     window, reference_rate = Window.parse(args.trace, args.duration)
     clip = {"max_requests": args.max_requests, "max_model_len": args.max_model_len}
     print("measuring this host as `fluidpd serve` does at startup ...", file=sys.stderr, flush=True)

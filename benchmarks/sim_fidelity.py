@@ -88,7 +88,7 @@ def real_run(trace: Trace, calibration: Trace, name: str, policy: str, port: int
     transitions during the run and the prefill workers it started with."""
     url = f"http://127.0.0.1:{port}"
     slo = Slo(args.ttft_slo, args.tbt_slo)
-    log_path = Path(tempfile.gettempdir()) / f"fluidpd-fidelity-{name}-{policy}.log"
+    log_path = Path(tempfile.gettempdir()) / f"fluidpd-fidelity-{Path(name).name}-{policy}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(serve_cmd(policy, port, args, step_log), stdout=log, stderr=subprocess.STDOUT)
         try:
