@@ -202,10 +202,10 @@ def test_forced_role_switches_run_all_four_phases():
     wl = ex.WORKLOADS["phase_shift"]
     trace = wl.trace(0.5, 120, 0)
     res = run_instrumented(trace, "fluidpd", ex.setup(2), forced=((30.0, Role.PREFILL), (90.0, Role.DECODE)))
-    ts = res.cluster.policy.transitions
-    assert [(t.src_role, t.dst_role, t.reason) for t in ts] == [
-        (Role.DECODE, Role.PREFILL, "admin"),
-        (Role.PREFILL, Role.DECODE, "admin"),
+    ts = res.cluster.policy.transitions  # the admin's two, and any FluidPD takes itself after the first
+    assert [(t.src_role, t.dst_role) for t in ts if t.reason == "admin"] == [
+        (Role.DECODE, Role.PREFILL),
+        (Role.PREFILL, Role.DECODE),
     ]
     assert all(t.done and t.began_s >= 30.0 for t in ts)
     assert res.summary["completed"] == len(trace)
