@@ -158,8 +158,8 @@ class FluidPD(RoleSwitches, StaticPD):
         ppi = prefill_pressure_index(view, self.prefill_work, c.slo.ttft_s, f.ppi_cap)
         dpi = decode_pressure_index(view, c.slo.tbt_s, f.alpha, self.token.t_iter)
         self.pressure = Pressure(view.now, ppi, dpi)
-        self.decode_forecast = df = self.decode_demand.observe(view, self.step_work, self.step_budget())
-        decode_short = df.room(f.token.kv_headroom) < 1.0 or df.step_bound
+        self.decode_forecast = df = self.decode_demand.observe(view)
+        decode_short = df.room(f.token.kv_headroom) < 1.0
         self.prefill_forecast = self.forecast(view) if ppi > f.theta_p_high or decode_short else None
         role_ppi = ppi if self.prefill_forecast is None or ppi <= f.theta_p_high else self.prefill_forecast.ppi
         self.to_decode = self.decode_gain(view) if decode_short else 0.0
@@ -180,15 +180,6 @@ class FluidPD(RoleSwitches, StaticPD):
         if self.use_token and ppi > 1.0 and not self.cores_prefilling(view):
             actions += self.token.borrow(view, self.late(view.now))
         return actions
-
-    def step_work(self, w) -> float:
-        """The per-request part of decode worker w's step: T_iter less the one-request step."""
-        return max(0.0, self.token.t_iter(w) - self.token.cost_scale(w) * self.costs.chunk_time(1))
-
-    def step_budget(self) -> float:
-        """What one decode worker's step may hold of that within SLO_TBT, less FluidToken's guard
-        (the mean over the workers it has measured; its default before)."""
-        return self.costs.slo.tbt_s - self.costs.chunk_time(1) - self.token.mean_guard()
 
     def cores_prefilling(self, view: ClusterView) -> bool:
         """Every compute slot of a host whose workers share its cores is taken by a prefill worker with

@@ -117,13 +117,6 @@ class FluidToken(Borrowing):
             t = self.jitter[wid] = JitterTracker(factor=c.guard_factor, default_s=default)
         return t
 
-    def mean_guard(self) -> float:
-        """delta_guard over the workers measured so far (before any: the default)."""
-        if not self.jitter:
-            c = self.config
-            return c.guard_default_s if c.guard_default_s is not None else 0.1 * self.slo_tbt_s
-        return sum(t.peek_s() for t in self.jitter.values()) / len(self.jitter)
-
     def overrun_of(self, wid: int) -> OverrunTracker:
         t = self.overrun.get(wid)
         if t is None:

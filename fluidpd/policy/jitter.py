@@ -45,12 +45,6 @@ class JitterTracker:
                 return self.lo_s * 10 ** ((i + 1) / self.buckets_per_decade) if i else self.lo_s
         return self.lo_s * 10 ** (len(self.counts) / self.buckets_per_decade)
 
-    def peek_s(self) -> float:
-        """What `guard_s` reads now, without fixing it until the next refresh as a step's read does."""
-        if self.samples < self.min_samples:
-            return self.default_s
-        return self._guard if self._guard >= 0 else self.factor * self.tail_s()
-
     @property
     def guard_s(self) -> float:
         if self.samples < self.min_samples:
