@@ -36,9 +36,8 @@ class Borrowing:
         """Prompt tokens a second `w` prefills by borrowing when it has KV room (`has_room`): a chunk of
         the size its slack fits in every step (0 without slack)."""
         c = self.chunk_tokens(w, forecast=True)
-        if not c:
-            return 0.0
-        return c / (self.t_iter(w) + self.chunk_cost(w.num_decoding, 0, c, self.cost_scale(w)))
+        step = self.t_iter(w) + self.chunk_cost(w.num_decoding, 0, c, self.cost_scale(w)) if c else 0.0
+        return c / step if step > 0 else 0.0  # (a step priced at nothing: nothing decodes, a flat fit)
 
     def borrow(self, view: ClusterView, late: Callable | None = None) -> list:
         """Strip requests from the head of the prefill queues onto decode workers with slack (with

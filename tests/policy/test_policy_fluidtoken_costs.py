@@ -265,3 +265,12 @@ def test_an_idle_decode_worker_never_stalls_a_started_prompt_behind_one_that_can
     assert [r.id for r, _ in plan.chunks] == [1] and not plan.decode
     token.scale[w.id] = 1.0
     assert [r.id for r, _ in token.plan(w, 256, late).chunks] == [1]  # priced within it: the same request
+
+
+def test_a_worker_whose_step_is_priced_at_nothing_lends_nothing_and_raises_nothing():
+    # nothing decoding (T_iter 0) and a flat fit (a chunk priced at 0 s): the forecast's rate is 0, not a
+    # ZeroDivisionError in the control loop (which once stopped a runtime's ticks)
+    tok = FluidToken(Polynomial([0.0]), 0.04)
+    w = SimpleNamespace(id=0, num_decoding=0, step_time_ewma_s=0.0, queue=[], block_size=16)
+    assert tok.chunk_tokens(w, forecast=True) > 0
+    assert tok.prefill_rate(w) == 0.0
