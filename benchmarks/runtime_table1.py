@@ -44,6 +44,7 @@ from fluidpd.bench.plots import bars_plot
 from fluidpd.core.metrics import Slo
 from fluidpd.runtime.config import RuntimeConfig
 from fluidpd.runtime.steplog import read_step_log
+from fluidpd.workload.loaders import SIMPLE_COLUMNS
 from fluidpd.workload.synth import phase_shift
 
 SYSTEMS = ("chunked", "static-pd", "fluidpd")
@@ -60,7 +61,8 @@ def phase_shift_window(out: Path, phase_s: float, cycles: int = 12) -> tuple[str
     trace = phase_shift(phase_s, cycles=cycles, seed=0)
     path = out / "phase_shift.csv"
     rows = zip(trace.arrival_s, trace.prompt_len, trace.output_len)
-    path.write_text("arrival_s,prompt_len,output_len\n" + "".join(f"{a:.6f},{p},{o}\n" for a, p, o in rows))
+    header = ",".join(SIMPLE_COLUMNS)  # the columns the trace-file loader reads
+    path.write_text(header + "\n" + "".join(f"{a:.6f},{p},{o}\n" for a, p, o in rows))
     return f"{path}:1@{8 * phase_s:g}", 2 * phase_s
 
 
