@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 class JitterTracker:
     """Positive residuals of decode step times over their running estimate, in log buckets.
 
-    delta_guard = factor x the `quantile` residual (the seed: 1.5 x the p99.9 tail), recomputed
-    every `refresh` samples; `default_s` until `min_samples` have been seen.
+    delta_guard = factor x the `quantile` residual (the seed: 1.5 x the p99.9 tail), computed when
+    `min_samples` have been seen and every `refresh` samples after; `default_s` before. Reading it
+    changes nothing.
     """
 
     factor: float = 1.5
@@ -32,8 +33,8 @@ class JitterTracker:
             self.counts[min(i, len(self.counts) - 1)] += 1
         else:
             self.counts[0] += 1
-        if self.samples % self.refresh == 0:
-            self._guard = -1.0
+        if self.samples == self.min_samples or (self.samples > self.min_samples and self.samples % self.refresh == 0):
+            self._guard = self.factor * self.tail_s()
 
     def tail_s(self) -> float:
         """The `quantile` of observed residuals (upper bucket edge: conservative)."""
@@ -47,11 +48,7 @@ class JitterTracker:
 
     @property
     def guard_s(self) -> float:
-        if self.samples < self.min_samples:
-            return self.default_s
-        if self._guard < 0:
-            self._guard = self.factor * self.tail_s()
-        return self._guard
+        return self._guard if self.samples >= self.min_samples else self.default_s
 
 
 @dataclass(slots=True)

@@ -115,9 +115,11 @@ class World(Handoff, Failures, Elastic, Recovery):
         self.schedule(w)
 
     def _control(self, _=None) -> None:
-        self.apply(self.policy.tick(self))
-        if self.active():
-            self.loop.at(self.loop.now + self.policy.config.tick_s, EventKind.CONTROL, self._control)
+        try:
+            self.apply(self.policy.tick(self))
+        finally:  # a tick that raises is reported by the loop (the simulator stops, the runtime logs): control goes on
+            if self.active():
+                self.loop.at(self.loop.now + self.policy.config.tick_s, EventKind.CONTROL, self._control)
 
     def _sample(self, period_s: float) -> None:
         self.timeline.sample(self.loop.now, self.workers)

@@ -74,9 +74,11 @@ def test_fluidtoken_borrows_within_the_slo_by_its_own_estimate_and_in_simulation
     assert learned and all(g != 0.1 * 0.04 for g in learned)
     borrowed = [r for r in c.metrics.finished if r.borrowed]
     assert borrowed and all(r.generated == r.output_len for r in borrowed)
-    # no gap of a borrowed request over SLO_TBT: chunks stay in the slack, and a spread prompt's
-    # first token waits for its first decode step instead of spanning the gather
-    assert all(r.gaps_over == 0 for r in borrowed)
+    # borrowed requests' gaps stay within SLO_TBT but for the jitter tail the guard leaves (p99.9):
+    # chunks stay in the slack, and a spread prompt's first token waits for its first decode step
+    # instead of spanning the gather (which would put one gap over per spread request)
+    gaps = sum(r.gaps for r in borrowed)
+    assert gaps > 1000 and sum(r.gaps_over for r in borrowed) <= 0.001 * gaps
     assert pol.token.spread > 0, "long prompts should spread over several decode workers"
     assert not c.spreads and all(w.kv_blocks_used == 0 and not w.queue for w in c.workers)
 

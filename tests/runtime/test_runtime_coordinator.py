@@ -96,6 +96,35 @@ def test_every_policy_serves_the_same_greedy_tokens(reference, policy, workers):
         assert b.engine is None or b.engine.stats().num_used_blocks == 0
 
 
+def test_a_control_tick_that_raises_is_logged_and_control_goes_on(reference, caplog):
+    """One exception from the policy's tick must not end the control loop for good."""
+    _, ids, expected = reference
+    coord = coordinator("fluidpd", 2, tbt_slo_s=0.5)
+    ticks = []
+
+    async def break_one_tick(c):
+        policy = c.cluster.policy
+        real = policy.tick
+
+        def tick(view):
+            ticks.append(view.loop.now)
+            if len(ticks) == 1:
+                raise RuntimeError("a broken control tick")
+            return real(view)
+
+        policy.tick = tick
+
+        async def three_ticks():
+            while len(ticks) < 3:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(three_ticks(), timeout=300)  # ticks come every 10 ms: the bound is for a broken loop
+
+    results = asyncio.run(serve(coord, ids, hook=break_one_tick))
+    assert [t for t, _ in results] == expected
+    assert len(ticks) >= 3 and "a broken control tick" in caplog.text
+
+
 def test_step_log_records_every_step_with_its_shape_and_times(reference, tmp_path):
     from fluidpd.runtime.steplog import read_step_log
 
