@@ -136,3 +136,25 @@ def test_kv_affinity_counts_a_host_hit_only_where_loading_beats_recomputing():
     slow = KvAffinity(lambda t: 1e-4 * t, lambda: 512, token, load_s_per_token=1e-3)
     assert fast.hit(w, new(range(8))) == (128, pytest.approx(96e-6))  # 96 host tokens at 1 us each
     assert slow.hit(w, new(range(8))) == (32, 0.0)  # 96 ms to load 9.6 ms of prefill: recompute
+
+
+def test_kv_affinity_prices_a_long_prompt_on_the_decode_worker_with_its_growing_attention():
+    """Chunks on a decode worker attend to every earlier token of their prompt: a long new prompt that
+    shares only a prefix every worker holds costs more there than one pass on an idle prefill worker."""
+    from types import SimpleNamespace
+
+    from fluidpd.core.polynomial import Polynomial
+    from fluidpd.policy.fluidtoken import FluidToken
+    from fluidpd.policy.routers.kv_affinity import KvAffinity
+
+    token = FluidToken(Polynomial((1e-5, 0.0)), 0.05, attn_pair_s=1e-8)
+    router = KvAffinity(lambda t: 1e-5 * t, lambda: 512, token)
+    p, d = WorkerState(0, Role.PREFILL, 0, 1000, 16), WorkerState(1, Role.DECODE, 0, 1000, 16)
+    for w in (p, d):
+        cache(w, range(2))
+    req = new(range(2), prompt=16 * 600 + 1)
+    hit, end, most = 32, req.prefill_target, token.config.max_chunk
+    # each token attends to at least every token before its chunk (a chunk holds at most max_chunk)
+    pairs = (end - hit) * (end + hit) / 2 - (end - hit) * most / 2
+    assert router.on_decode_s(req, d, hit) >= 1e-5 * (end - hit) + 1e-8 * pairs
+    assert router.route(req, SimpleNamespace(workers=[p, d])) == p.id

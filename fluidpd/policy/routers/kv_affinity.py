@@ -7,9 +7,10 @@ candidate's predicted time to first token, at measured speeds:
   prefill worker p:  its queue's uncached prefill work + this request's uncached prefill on p
                      (f_P of its new tokens plus their attention over the cached prefix)
                      + moving the KV the decode worker lacks over the link
-  the decode worker: FluidToken chunks within its TBT slack (no transfer): its queue's and this
-                     request's uncached tokens in steps of the chunk its slack fits, each step its
-                     decode time plus the chunk's marginal cost
+  the decode worker: FluidToken chunks within its TBT slack (no transfer): its queue's uncached
+                     tokens, then this request's, in steps of the chunk its slack fits, each step its
+                     decode time plus the chunk's marginal cost; the request's own chunks attend
+                     to every token before them, so they shrink and cost more as its prompt grows
 The least wins (the decode worker on a tie), the decode worker only when it holds at least as much of
 the request as every prefill worker (its KV is the reason to go there; a queue that merely runs long
 is FluidToken borrowing's to relieve, as PPI says). A hot prefix whose holder's queue costs more than
@@ -128,7 +129,15 @@ class KvAffinity:
         chunk = token.chunk_tokens(d, hit)
         if not chunk:
             return math.inf
-        full, rest = divmod(d.queued_uncached + req.prefill_target - hit, chunk)
         b, scale, t_iter = d.num_decoding, token.cost_scale(d), token.t_iter(d)
+        full, rest = divmod(d.queued_uncached, chunk)  # the queue ahead, priced at this request's prior
         t = full * (t_iter + token.chunk_cost(b, hit, chunk, scale))
-        return t + (t_iter + token.chunk_cost(b, hit, rest, scale) if rest else 0.0)
+        t += t_iter + token.chunk_cost(b, hit, rest, scale) if rest else 0.0
+        prior = hit
+        while prior < req.prefill_target:  # its own chunks, each attending to every token before it
+            c = min(token.chunk_tokens(d, prior), req.prefill_target - prior)
+            if not c:
+                return math.inf
+            t += t_iter + token.chunk_cost(b, prior, c, scale)
+            prior += c
+        return t
