@@ -35,6 +35,7 @@ class DecoderLayer:
         g = lambda name: w.pop(prefix + name)
         self.input_norm = g("input_layernorm.weight")
         self.post_norm = g("post_attention_layernorm.weight")
+        self.qk_norms = (g("self_attn.q_norm.weight"), g("self_attn.k_norm.weight")) if cfg.qk_norm else None
         qkv = torch.cat([g("self_attn.q_proj.weight"), g("self_attn.k_proj.weight"), g("self_attn.v_proj.weight")])
         biases = [w.pop(prefix + f"self_attn.{p}_proj.bias", None) for p in "qkv"]
         self.qkv = linear(qkv, torch.cat(biases) if all(b is not None for b in biases) else None)
@@ -52,10 +53,13 @@ class DecoderLayer:
         return self.qkv, self.o, self.gate_up, self.down
 
     def nbytes(self) -> int:
-        return tensor_bytes(self.input_norm, self.post_norm) + sum(lin.nbytes for lin in self.linears)
+        norms = tensor_bytes(self.input_norm, self.post_norm, *(self.qk_norms or ()))
+        return norms + sum(lin.nbytes for lin in self.linears)
 
     def to(self, device: torch.device) -> None:
         self.input_norm, self.post_norm = self.input_norm.to(device), self.post_norm.to(device)
+        if self.qk_norms:
+            self.qk_norms = (self.qk_norms[0].to(device), self.qk_norms[1].to(device))
         for lin in self.linears:
             lin.to(device)
 
@@ -65,10 +69,25 @@ class DecoderLayer:
         """x += res (the previous layer's output), then this layer; returns its output (added by the next)."""
         ops = self.ops
         qkv = self.qkv(ops.add_rms_norm(x, res, self.input_norm, self.eps, st))
+        if self.qk_norms is not None:
+            self._norm_heads(qkv)
         q, k, v = ops.rope_kv(qkv, st, layer)
         a = self._attend(q, k, v, meta, st.arena, layer)
         gu = self.gate_up(ops.add_rms_norm(x, self.o(a), self.post_norm, self.eps, st))
         return self.down(ops.silu_mul(gu, st))
+
+    def _norm_heads(self, qkv: torch.Tensor) -> None:
+        """RMSNorm of every query and key head of `qkv` [n, (H + 2 KV) D] in place (Qwen3), before RoPE."""
+        assert self.qk_norms is not None
+        n, qd = qkv.shape[0], self.h * self.d
+        for part, weight, heads in (
+            (qkv[:, :qd], self.qk_norms[0], self.h),
+            (qkv[:, qd : qd + self.kv * self.d], self.qk_norms[1], self.kv),
+        ):
+            x = part.reshape(n, heads, self.d)
+            y = x.float()
+            y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+            part.copy_((weight * y.to(x.dtype)).reshape(n, heads * self.d))
 
     def attention(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, arena: KVArena, layer: int

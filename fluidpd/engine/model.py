@@ -1,4 +1,4 @@
-"""Llama-family decoder (Llama 2/3, SmolLM2, Qwen2, Mistral) in plain PyTorch, over a paged KV arena.
+"""Llama-family decoder (Llama 2/3, SmolLM2, Qwen2, Qwen3, Mistral) in plain PyTorch, over a paged KV arena.
 
 One forward runs a flattened mixed batch: every token of every prefill chunk and every decode
 token goes through the dense layers together ([num_tokens, hidden]); attention splits the rows
@@ -177,6 +177,8 @@ def _check_names(cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:
                 "mlp.down_proj.weight",
             )
         ]
+        if cfg.qk_norm:
+            need += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
     if not cfg.tie_word_embeddings:
         need.append("lm_head.weight")
     missing = [n for n in need if n not in w]

@@ -11,12 +11,16 @@ ARCHITECTURES = {  # GGUF general.architecture / HF model_type -> our family mem
     "llama": "llama",
     "mistral": "llama",
     "qwen2": "qwen2",
+    "qwen3": "qwen3",
 }
 HF_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
 }
+HF_NAMES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+QK_NORM = frozenset({"qwen3"})  # RMSNorm of each query and key head before RoPE
 ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -40,6 +44,11 @@ class ModelConfig:
     attention_bias: bool = False  # q/k/v biases (Qwen2)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+
+    @property
+    def qk_norm(self) -> bool:
+        """Each query and key head is RMS-normalised (its own weight over head_dim) before RoPE."""
+        return self.architecture in QK_NORM
 
     def __post_init__(self) -> None:
         if self.architecture not in set(ARCHITECTURES.values()):
@@ -100,7 +109,7 @@ class ModelConfig:
     def to_hf(self) -> dict[str, Any]:
         """A config.json dict that transformers reads back as the same model."""
         d: dict[str, Any] = {
-            "architectures": ["Qwen2ForCausalLM" if self.architecture == "qwen2" else "LlamaForCausalLM"],
+            "architectures": [HF_NAMES[self.architecture]],
             "model_type": self.architecture,
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
@@ -118,7 +127,7 @@ class ModelConfig:
             "bos_token_id": self.bos_token_id,
             "eos_token_id": list(self.eos_token_ids) if self.eos_token_ids else None,
         }
-        if self.architecture == "llama":
+        if self.architecture != "qwen2":  # Qwen2's q/k/v biases are implied
             d["attention_bias"] = self.attention_bias
         return d
 
@@ -126,7 +135,8 @@ class ModelConfig:
         h, d = self.hidden_size, self.head_dim
         qkv = h * d * (self.num_heads + 2 * self.num_kv_heads)
         bias = d * (self.num_heads + 2 * self.num_kv_heads) if self.attention_bias else 0
-        layer = qkv + bias + self.num_heads * d * h + 3 * h * self.intermediate_size + 2 * h
+        norms = 2 * h + (2 * d if self.qk_norm else 0)
+        layer = qkv + bias + self.num_heads * d * h + 3 * h * self.intermediate_size + norms
         emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
         return self.num_layers * layer + emb + h
 

@@ -67,6 +67,8 @@ def _hf_model(cfg: ModelConfig, tensors: dict[str, torch.Tensor]):
     hf_cfg = cfg.to_hf()
     if cfg.architecture == "qwen2":
         conf, cls = transformers.Qwen2Config(**hf_cfg), transformers.Qwen2ForCausalLM
+    elif cfg.architecture == "qwen3":
+        conf, cls = transformers.Qwen3Config(**hf_cfg), transformers.Qwen3ForCausalLM
     else:
         conf, cls = transformers.LlamaConfig(**hf_cfg), transformers.LlamaForCausalLM
     model = cls(conf).eval()
@@ -111,14 +113,17 @@ IDS = [5, 17, 3, 88, 41, 9, 60, 2, 33, 71, 14, 26, 50, 8, 90, 1, 45, 19, 77, 30]
             ),
         ),
         ("llama", dict(rope_scaling=dict(rope_type="linear", factor=2.0))),
+        ("qwen3", dict(head_dim=32, tie_word_embeddings=True, rope_theta=1e6)),  # head_dim != hidden / heads
     ],
-    ids=["llama", "qwen2-bias", "llama3-rope", "linear-rope"],
+    ids=["llama", "qwen2-bias", "llama3-rope", "linear-rope", "qwen3-qk-norm"],
 )
 def test_tiny_models_match_transformers(tmp_path, arch, kw):
     cfg = _tiny(arch, **kw)
     tensors = random_tensors(cfg, torch.float32, seed=3)
     if cfg.attention_bias:
         assert "model.layers.0.self_attn.q_proj.bias" in tensors
+    if cfg.qk_norm:
+        assert "model.layers.0.self_attn.k_norm.weight" in tensors
     _save_checkpoint(tmp_path / "ckpt", cfg, tensors)
     eng = _engine(tmp_path / "ckpt", kv_cache_dtype="float32")  # exact fp32 arithmetic against fp64: fp32 KV
     assert eng.model_config == cfg

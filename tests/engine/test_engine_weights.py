@@ -38,6 +38,8 @@ HF_TO_GGUF = {
     "self_attn.k_proj": "attn_k",
     "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
     "mlp.gate_proj": "ffn_gate",
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
@@ -68,11 +70,14 @@ def write_gguf(path, tensors: dict[str, torch.Tensor], qtype=Q.F32, arch: str = 
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_rope_freq_base(cfg.rope_theta)
     w.add_vocab_size(cfg.vocab_size)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    permuted = arch in ("llama", "mistral")  # convert_hf_to_gguf.py permutes Q/K rows for these only
     for name, t in tensors.items():
         a = t.float().numpy()
-        if name.endswith("q_proj.weight"):
+        if permuted and name.endswith("q_proj.weight"):
             a = permute(a, cfg.num_heads)
-        elif name.endswith("k_proj.weight"):
+        elif permuted and name.endswith("k_proj.weight"):
             a = permute(a, cfg.num_kv_heads)
         if a.ndim == 1 or qtype == Q.F32:
             w.add_tensor(gguf_name(name), np.ascontiguousarray(a, dtype=np.float32))
@@ -151,6 +156,45 @@ def test_gguf_engine_matches_safetensors_engine(tmp_path):
     save_file(tensors, str(tmp_path / "st" / "model.safetensors"))
     ids = [3, 9, 27, 1, 40, 22, 8, 63]
     a = LLMEngine(EngineConfig(model=str(tmp_path / "m.gguf"), num_kv_blocks=8)).prompt_logits(ids)
+    b = LLMEngine(EngineConfig(model=str(tmp_path / "st"), num_kv_blocks=8)).prompt_logits(ids)
+    assert torch.equal(a, b)
+
+
+QWEN3 = ModelConfig(
+    architecture="qwen3",
+    vocab_size=64,
+    hidden_size=64,
+    intermediate_size=96,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+    rms_norm_eps=2.0**-20,  # exact in the GGUF's float32
+    rope_theta=1e6,
+    max_position_embeddings=128,
+    tie_word_embeddings=True,
+)
+
+
+def test_a_qwen3_gguf_loads_with_llama_cpp_names_and_matches_its_safetensors(tmp_path):
+    """llama.cpp's qwen3 GGUF: attn_q_norm / attn_k_norm per layer, head_dim from key_length, Q/K rows
+    not permuted; the engine's logits equal the safetensors checkpoint's."""
+    import json
+
+    from safetensors.torch import save_file
+
+    tensors = random_tensors(QWEN3, torch.float32, seed=4)
+    write_gguf(tmp_path / "q.gguf", tensors, arch="qwen3", cfg=QWEN3)
+    ck = load_gguf(str(tmp_path / "q.gguf"))
+    assert ck.config == QWEN3 and set(ck.tensors) == set(tensors)
+    assert torch.equal(
+        ck.tensors["model.layers.1.self_attn.k_norm.weight"], tensors["model.layers.1.self_attn.k_norm.weight"]
+    )
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "config.json").write_text(json.dumps(QWEN3.to_hf()))
+    save_file(tensors, str(tmp_path / "st" / "model.safetensors"))
+    ids = [3, 9, 27, 1, 40, 22, 8, 63]
+    a = LLMEngine(EngineConfig(model=str(tmp_path / "q.gguf"), num_kv_blocks=8)).prompt_logits(ids)
     b = LLMEngine(EngineConfig(model=str(tmp_path / "st"), num_kv_blocks=8)).prompt_logits(ids)
     assert torch.equal(a, b)
 

@@ -54,6 +54,8 @@ def random_tensors(cfg: ModelConfig, dtype: torch.dtype, seed: int) -> dict[str,
                 p + "mlp.down_proj.weight": (h, i),
             }
         )
+        if cfg.qk_norm:
+            shapes.update({p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,)})
         if cfg.attention_bias:
             shapes.update(
                 {

@@ -26,6 +26,8 @@ GGUF_NAMES = [
     (r"blk\.(\d+)\.attn_k\.(weight|bias)", "model.layers.{}.self_attn.k_proj.{}"),
     (r"blk\.(\d+)\.attn_v\.(weight|bias)", "model.layers.{}.self_attn.v_proj.{}"),
     (r"blk\.(\d+)\.attn_output\.weight", "model.layers.{}.self_attn.o_proj.weight"),
+    (r"blk\.(\d+)\.attn_q_norm\.weight", "model.layers.{}.self_attn.q_norm.weight"),
+    (r"blk\.(\d+)\.attn_k_norm\.weight", "model.layers.{}.self_attn.k_norm.weight"),
     (r"blk\.(\d+)\.ffn_gate\.weight", "model.layers.{}.mlp.gate_proj.weight"),
     (r"blk\.(\d+)\.ffn_up\.weight", "model.layers.{}.mlp.up_proj.weight"),
     (r"blk\.(\d+)\.ffn_down\.weight", "model.layers.{}.mlp.down_proj.weight"),
