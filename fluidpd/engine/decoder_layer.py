@@ -36,11 +36,19 @@ class DecoderLayer:
         self.input_norm = g("input_layernorm.weight")
         self.post_norm = g("post_attention_layernorm.weight")
         self.qk_norms = (g("self_attn.q_norm.weight"), g("self_attn.k_norm.weight")) if cfg.qk_norm else None
-        qkv = torch.cat([g("self_attn.q_proj.weight"), g("self_attn.k_proj.weight"), g("self_attn.v_proj.weight")])
+
+        def fused(name: str, parts: tuple[str, ...]):  # Phi-3 ships q|k|v and gate|up as one tensor each
+            t = w.pop(prefix + name, None)
+            return torch.cat([g(p) for p in parts]) if t is None else t
+
+        qkv = fused(
+            "self_attn.qkv_proj.weight",
+            ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+        )
         biases = [w.pop(prefix + f"self_attn.{p}_proj.bias", None) for p in "qkv"]
         self.qkv = linear(qkv, torch.cat(biases) if all(b is not None for b in biases) else None)
         self.o = linear(g("self_attn.o_proj.weight"), w.pop(prefix + "self_attn.o_proj.bias", None))
-        self.gate_up = linear(torch.cat([g("mlp.gate_proj.weight"), g("mlp.up_proj.weight")]))
+        self.gate_up = linear(fused("mlp.gate_up_proj.weight", ("mlp.gate_proj.weight", "mlp.up_proj.weight")))
         self.down = linear(g("mlp.down_proj.weight"))
         self.h, self.kv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.eps = cfg.rms_norm_eps

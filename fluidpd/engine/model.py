@@ -163,18 +163,25 @@ def _check_names(cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:
     need = ["model.embed_tokens.weight", "model.norm.weight"]
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."
+        projections = (
+            ("self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight")
+            if cfg.fused_projections
+            else (
+                "self_attn.q_proj.weight",
+                "self_attn.k_proj.weight",
+                "self_attn.v_proj.weight",
+                "mlp.gate_proj.weight",
+                "mlp.up_proj.weight",
+            )
+        )
         need += [
             p + s
             for s in (
                 "input_layernorm.weight",
                 "post_attention_layernorm.weight",
-                "self_attn.q_proj.weight",
-                "self_attn.k_proj.weight",
-                "self_attn.v_proj.weight",
                 "self_attn.o_proj.weight",
-                "mlp.gate_proj.weight",
-                "mlp.up_proj.weight",
                 "mlp.down_proj.weight",
+                *projections,
             )
         ]
         if cfg.qk_norm:

@@ -12,15 +12,23 @@ ARCHITECTURES = {  # GGUF general.architecture / HF model_type -> our family mem
     "mistral": "llama",
     "qwen2": "qwen2",
     "qwen3": "qwen3",
+    "phi3": "phi3",
 }
 HF_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",
 }
-HF_NAMES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+HF_NAMES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+}
 QK_NORM = frozenset({"qwen3"})  # RMSNorm of each query and key head before RoPE
+FUSED_PROJECTIONS = frozenset({"phi3"})  # checkpoints hold self_attn.qkv_proj and mlp.gate_up_proj
 ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -49,6 +57,11 @@ class ModelConfig:
     def qk_norm(self) -> bool:
         """Each query and key head is RMS-normalised (its own weight over head_dim) before RoPE."""
         return self.architecture in QK_NORM
+
+    @property
+    def fused_projections(self) -> bool:
+        """The checkpoint holds q|k|v as one `qkv_proj` and gate|up as one `gate_up_proj` (Phi-3)."""
+        return self.architecture in FUSED_PROJECTIONS
 
     def __post_init__(self) -> None:
         if self.architecture not in set(ARCHITECTURES.values()):
@@ -129,6 +142,8 @@ class ModelConfig:
         }
         if self.architecture != "qwen2":  # Qwen2's q/k/v biases are implied
             d["attention_bias"] = self.attention_bias
+        if self.architecture == "phi3":
+            d["pad_token_id"] = None  # Phi3Config's default (32000) names a token of the real vocabulary
         return d
 
     def num_params(self) -> int:

@@ -69,6 +69,8 @@ def _hf_model(cfg: ModelConfig, tensors: dict[str, torch.Tensor]):
         conf, cls = transformers.Qwen2Config(**hf_cfg), transformers.Qwen2ForCausalLM
     elif cfg.architecture == "qwen3":
         conf, cls = transformers.Qwen3Config(**hf_cfg), transformers.Qwen3ForCausalLM
+    elif cfg.architecture == "phi3":
+        conf, cls = transformers.Phi3Config(**hf_cfg), transformers.Phi3ForCausalLM
     else:
         conf, cls = transformers.LlamaConfig(**hf_cfg), transformers.LlamaForCausalLM
     model = cls(conf).eval()
@@ -114,8 +116,9 @@ IDS = [5, 17, 3, 88, 41, 9, 60, 2, 33, 71, 14, 26, 50, 8, 90, 1, 45, 19, 77, 30]
         ),
         ("llama", dict(rope_scaling=dict(rope_type="linear", factor=2.0))),
         ("qwen3", dict(head_dim=32, tie_word_embeddings=True, rope_theta=1e6)),  # head_dim != hidden / heads
+        ("phi3", {}),
     ],
-    ids=["llama", "qwen2-bias", "llama3-rope", "linear-rope", "qwen3-qk-norm"],
+    ids=["llama", "qwen2-bias", "llama3-rope", "linear-rope", "qwen3-qk-norm", "phi3-fused"],
 )
 def test_tiny_models_match_transformers(tmp_path, arch, kw):
     cfg = _tiny(arch, **kw)
@@ -124,6 +127,10 @@ def test_tiny_models_match_transformers(tmp_path, arch, kw):
         assert "model.layers.0.self_attn.q_proj.bias" in tensors
     if cfg.qk_norm:
         assert "model.layers.0.self_attn.k_norm.weight" in tensors
+    if cfg.fused_projections:
+        assert (
+            "model.layers.0.self_attn.qkv_proj.weight" in tensors and "model.layers.0.mlp.up_proj.weight" not in tensors
+        )
     _save_checkpoint(tmp_path / "ckpt", cfg, tensors)
     eng = _engine(tmp_path / "ckpt", kv_cache_dtype="float32")  # exact fp32 arithmetic against fp64: fp32 KV
     assert eng.model_config == cfg

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -39,6 +41,8 @@ HF_TO_GGUF = {
     "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output",
     "self_attn.q_norm": "attn_q_norm",
+    "self_attn.qkv_proj": "attn_qkv",
+    "mlp.gate_up_proj": "ffn_up",
     "self_attn.k_norm": "attn_k_norm",
     "mlp.gate_proj": "ffn_gate",
     "mlp.up_proj": "ffn_up",
@@ -176,25 +180,28 @@ QWEN3 = ModelConfig(
 )
 
 
-def test_a_qwen3_gguf_loads_with_llama_cpp_names_and_matches_its_safetensors(tmp_path):
-    """llama.cpp's qwen3 GGUF: attn_q_norm / attn_k_norm per layer, head_dim from key_length, Q/K rows
-    not permuted; the engine's logits equal the safetensors checkpoint's."""
+PHI3 = replace(QWEN3, architecture="phi3", head_dim=16, rope_theta=10000.0)
+
+
+@pytest.mark.parametrize("cfg", [QWEN3, PHI3], ids=["qwen3", "phi3"])
+def test_gguf_with_llama_cpp_names_matches_its_safetensors(tmp_path, cfg):
+    """llama.cpp's GGUF of each architecture: qwen3's attn_q_norm / attn_k_norm and head_dim from
+    key_length, phi3's fused attn_qkv and ffn_up (gate|up), Q/K rows not permuted; the engine's
+    logits equal the safetensors checkpoint's."""
     import json
 
     from safetensors.torch import save_file
 
-    tensors = random_tensors(QWEN3, torch.float32, seed=4)
-    write_gguf(tmp_path / "q.gguf", tensors, arch="qwen3", cfg=QWEN3)
-    ck = load_gguf(str(tmp_path / "q.gguf"))
-    assert ck.config == QWEN3 and set(ck.tensors) == set(tensors)
-    assert torch.equal(
-        ck.tensors["model.layers.1.self_attn.k_norm.weight"], tensors["model.layers.1.self_attn.k_norm.weight"]
-    )
+    tensors = random_tensors(cfg, torch.float32, seed=4)
+    write_gguf(tmp_path / "m.gguf", tensors, arch=cfg.architecture, cfg=cfg)
+    ck = load_gguf(str(tmp_path / "m.gguf"))
+    assert ck.config == cfg and set(ck.tensors) == set(tensors)
+    assert all(torch.equal(ck.tensors[n], t) for n, t in tensors.items())
     (tmp_path / "st").mkdir()
-    (tmp_path / "st" / "config.json").write_text(json.dumps(QWEN3.to_hf()))
+    (tmp_path / "st" / "config.json").write_text(json.dumps(cfg.to_hf()))
     save_file(tensors, str(tmp_path / "st" / "model.safetensors"))
     ids = [3, 9, 27, 1, 40, 22, 8, 63]
-    a = LLMEngine(EngineConfig(model=str(tmp_path / "q.gguf"), num_kv_blocks=8)).prompt_logits(ids)
+    a = LLMEngine(EngineConfig(model=str(tmp_path / "m.gguf"), num_kv_blocks=8)).prompt_logits(ids)
     b = LLMEngine(EngineConfig(model=str(tmp_path / "st"), num_kv_blocks=8)).prompt_logits(ids)
     assert torch.equal(a, b)
 

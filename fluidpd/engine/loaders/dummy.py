@@ -13,7 +13,30 @@ from fluidpd.engine.loaders.gguf import gguf_model_config
 from fluidpd.engine.model_config import ModelConfig, read_hf_config
 from fluidpd.engine.model_source import DUMMY_PRESETS
 
-__all__ = ["DUMMY_PRESETS", "dummy_config", "load_dummy", "random_tensors"]
+__all__ = ["DUMMY_PRESETS", "dummy_config", "load_dummy", "random_tensors", "tiny_config"]
+
+TINY_QUIRKS: dict[str, dict[str, Any]] = {  # what each architecture's real configs do that the base shape does not
+    "qwen3": dict(head_dim=32, rope_theta=1e6),  # head_dim independent of hidden / heads
+    "qwen2": dict(attention_bias=True, rope_theta=1e6),
+}
+
+
+def tiny_config(architecture: str, vocab_size: int = 128) -> ModelConfig:
+    """A 2-layer model of `architecture` (64 hidden, 4 heads over 2 KV heads) with its quirks: the
+    shape the engine is checked against transformers in."""
+    base: dict[str, Any] = dict(
+        architecture=architecture,
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=96,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=256,
+    )
+    return ModelConfig(**{**base, **TINY_QUIRKS.get(architecture, {})})
 
 
 def dummy_config(model: str, overrides: dict[str, Any]) -> tuple[ModelConfig, str | None]:
@@ -54,6 +77,12 @@ def random_tensors(cfg: ModelConfig, dtype: torch.dtype, seed: int) -> dict[str,
                 p + "mlp.down_proj.weight": (h, i),
             }
         )
+        if cfg.fused_projections:  # one tensor each for q|k|v and gate|up, rows in that order
+            for fused, parts in (
+                ("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+                ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")),
+            ):
+                shapes[p + fused + ".weight"] = (sum(shapes.pop(p + x + ".weight")[0] for x in parts), h)
         if cfg.qk_norm:
             shapes.update({p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,)})
         if cfg.attention_bias:

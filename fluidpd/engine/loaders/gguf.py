@@ -25,6 +25,7 @@ GGUF_NAMES = [
     (r"blk\.(\d+)\.attn_q\.(weight|bias)", "model.layers.{}.self_attn.q_proj.{}"),
     (r"blk\.(\d+)\.attn_k\.(weight|bias)", "model.layers.{}.self_attn.k_proj.{}"),
     (r"blk\.(\d+)\.attn_v\.(weight|bias)", "model.layers.{}.self_attn.v_proj.{}"),
+    (r"blk\.(\d+)\.attn_qkv\.weight", "model.layers.{}.self_attn.qkv_proj.weight"),
     (r"blk\.(\d+)\.attn_output\.weight", "model.layers.{}.self_attn.o_proj.weight"),
     (r"blk\.(\d+)\.attn_q_norm\.weight", "model.layers.{}.self_attn.q_norm.weight"),
     (r"blk\.(\d+)\.attn_k_norm\.weight", "model.layers.{}.self_attn.k_norm.weight"),
@@ -141,6 +142,8 @@ def load_gguf(
         name = gguf_to_hf_name(t.name)
         if name is None:
             continue
+        if cfg.fused_projections and name.endswith(".mlp.up_proj.weight"):  # Phi-3's ffn_up holds gate|up
+            name = name.replace(".up_proj.", ".gate_up_proj.")
         raw = keep_quantized and shipped_blocks(t, name, cfg.tie_word_embeddings)
         arr = np.asarray(t.data) if raw else dequantize_tensor(t)
         if permuted and ".q_proj." in name:
