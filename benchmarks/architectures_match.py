@@ -48,7 +48,9 @@ def ours(path: Path, max_tokens: int) -> str:
 def reference(path: Path, ids: list[int], max_tokens: int) -> list[int]:
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(  # eager experts: float64 has no grouped GEMM
+        str(path), dtype=torch.float64, experts_implementation="eager"
+    ).eval()
     with torch.no_grad():
         out = model.generate(
             torch.tensor([ids]), max_new_tokens=max_tokens, do_sample=False, pad_token_id=0, eos_token_id=None

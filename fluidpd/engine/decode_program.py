@@ -87,7 +87,12 @@ class DecodeProgram:
     @staticmethod
     def for_model(model: LlamaModel) -> DecodeProgram | None:
         """The program for `model`, or None where a piece of its layer is not a C kernel."""
-        if not isinstance(model.ops, FusedLayerOps) or model.paged is None or model.config.qk_norm:
+        if (
+            not isinstance(model.ops, FusedLayerOps)
+            or model.paged is None
+            or model.config.qk_norm
+            or model.config.num_experts
+        ):
             return None
         lins = [lin for layer in model.layers for lin in layer.linears]
         if not all(isinstance(lin, GgufLinear) and lin.bias is None for lin in lins):

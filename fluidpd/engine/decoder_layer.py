@@ -17,6 +17,7 @@ from fluidpd.engine.attention_meta import AttentionMetadata, DecodeGroup, Prefil
 from fluidpd.engine.layer_ops import LayerOps, OpsStep, TorchLayerOps
 from fluidpd.engine.linear import Linear, tensor_bytes
 from fluidpd.engine.model_config import ModelConfig
+from fluidpd.engine.moe import SparseMoE
 from fluidpd.engine.paged_attention import PagedDecodeAttention
 
 
@@ -48,21 +49,26 @@ class DecoderLayer:
         biases = [w.pop(prefix + f"self_attn.{p}_proj.bias", None) for p in "qkv"]
         self.qkv = linear(qkv, torch.cat(biases) if all(b is not None for b in biases) else None)
         self.o = linear(g("self_attn.o_proj.weight"), w.pop(prefix + "self_attn.o_proj.bias", None))
-        self.gate_up = linear(fused("mlp.gate_up_proj.weight", ("mlp.gate_proj.weight", "mlp.up_proj.weight")))
-        self.down = linear(g("mlp.down_proj.weight"))
+        self.moe = SparseMoE(cfg, w, prefix, linear) if cfg.num_experts else None
+        if self.moe is None:
+            self.gate_up = linear(fused("mlp.gate_up_proj.weight", ("mlp.gate_proj.weight", "mlp.up_proj.weight")))
+            self.down = linear(g("mlp.down_proj.weight"))
         self.h, self.kv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.eps = cfg.rms_norm_eps
         self.paged = paged
         self.ops: LayerOps = ops or TorchLayerOps(self.h, self.kv, self.d)
 
     @property
-    def linears(self) -> tuple[Linear, Linear, Linear, Linear]:
-        """q|k|v, o, gate|up and down, in the order a forward runs them."""
+    def linears(self) -> tuple[Linear, ...]:
+        """q|k|v, o, gate|up and down (each expert's, with a mixture of experts), in forward order."""
+        if self.moe is not None:
+            return self.qkv, self.o, *self.moe.linears
         return self.qkv, self.o, self.gate_up, self.down
 
     def nbytes(self) -> int:
         norms = tensor_bytes(self.input_norm, self.post_norm, *(self.qk_norms or ()))
-        return norms + sum(lin.nbytes for lin in self.linears)
+        router = tensor_bytes(self.moe.router) if self.moe is not None else 0
+        return norms + router + sum(lin.nbytes for lin in self.linears)
 
     def to(self, device: torch.device) -> None:
         self.input_norm, self.post_norm = self.input_norm.to(device), self.post_norm.to(device)
@@ -70,6 +76,8 @@ class DecoderLayer:
             self.qk_norms = (self.qk_norms[0].to(device), self.qk_norms[1].to(device))
         for lin in self.linears:
             lin.to(device)
+        if self.moe is not None:
+            self.moe.router = self.moe.router.to(device)
 
     def forward(
         self, x: torch.Tensor, res: torch.Tensor | None, st: OpsStep, meta: AttentionMetadata, layer: int
@@ -81,8 +89,10 @@ class DecoderLayer:
             self._norm_heads(qkv)
         q, k, v = ops.rope_kv(qkv, st, layer)
         a = self._attend(q, k, v, meta, st.arena, layer)
-        gu = self.gate_up(ops.add_rms_norm(x, self.o(a), self.post_norm, self.eps, st))
-        return self.down(ops.silu_mul(gu, st))
+        h = ops.add_rms_norm(x, self.o(a), self.post_norm, self.eps, st)
+        if self.moe is not None:
+            return self.moe(h)
+        return self.down(ops.silu_mul(self.gate_up(h), st))
 
     def _norm_heads(self, qkv: torch.Tensor) -> None:
         """RMSNorm of every query and key head of `qkv` [n, (H + 2 KV) D] in place (Qwen3), before RoPE."""

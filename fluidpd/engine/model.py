@@ -28,6 +28,7 @@ from fluidpd.engine.layer_ops import FusedLayerOps, LayerOps, TorchLayerOps
 from fluidpd.engine.linear import LINEARS, tensor_bytes
 from fluidpd.engine.loaders.checkpoint import Checkpoint
 from fluidpd.engine.model_config import ModelConfig
+from fluidpd.engine.moe import moe_tensor_names
 from fluidpd.engine.paged_attention import PagedDecodeAttention
 from fluidpd.engine.rope import rope_inv_freq
 
@@ -163,27 +164,17 @@ def _check_names(cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:
     need = ["model.embed_tokens.weight", "model.norm.weight"]
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."
-        projections = (
-            ("self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight")
+        attn = (
+            ("self_attn.qkv_proj.weight",)
             if cfg.fused_projections
-            else (
-                "self_attn.q_proj.weight",
-                "self_attn.k_proj.weight",
-                "self_attn.v_proj.weight",
-                "mlp.gate_proj.weight",
-                "mlp.up_proj.weight",
-            )
+            else tuple(f"self_attn.{x}_proj.weight" for x in "qkv")
         )
+        mlp = ("mlp.gate_up_proj.weight",) if cfg.fused_projections else ("mlp.gate_proj.weight", "mlp.up_proj.weight")
         need += [
             p + s
-            for s in (
-                "input_layernorm.weight",
-                "post_attention_layernorm.weight",
-                "self_attn.o_proj.weight",
-                "mlp.down_proj.weight",
-                *projections,
-            )
+            for s in ("input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.o_proj.weight", *attn)
         ]
+        need += moe_tensor_names(cfg, p) if cfg.num_experts else [p + s for s in (*mlp, "mlp.down_proj.weight")]
         if cfg.qk_norm:
             need += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
     if not cfg.tie_word_embeddings:

@@ -13,6 +13,8 @@ ARCHITECTURES = {  # GGUF general.architecture / HF model_type -> our family mem
     "qwen2": "qwen2",
     "qwen3": "qwen3",
     "phi3": "phi3",
+    "mixtral": "mixtral",
+    "qwen3_moe": "qwen3_moe",
 }
 HF_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -20,14 +22,21 @@ HF_ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Phi3ForCausalLM": "phi3",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
 }
 HF_NAMES = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "phi3": "Phi3ForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
 }
-QK_NORM = frozenset({"qwen3"})  # RMSNorm of each query and key head before RoPE
+QK_NORM = frozenset({"qwen3", "qwen3_moe"})
+MOE = frozenset(
+    {"mixtral", "qwen3_moe"}
+)  # a sparse mixture-of-experts MLP (fluidpd.engine.moe)  # RMSNorm of each query and key head before RoPE
 FUSED_PROJECTIONS = frozenset({"phi3"})  # checkpoints hold self_attn.qkv_proj and mlp.gate_up_proj
 ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -52,6 +61,10 @@ class ModelConfig:
     attention_bias: bool = False  # q/k/v biases (Qwen2)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    num_experts: int = 0  # a sparse MoE MLP in every layer (0: dense)
+    num_experts_per_tok: int = 0  # k of the router's top k
+    moe_intermediate_size: int = 0  # one expert's (0: intermediate_size, as Mixtral's)
+    norm_topk_prob: bool = True  # the top k router weights renormalised to sum to 1 (Mixtral; Qwen3-MoE's flag)
 
     @property
     def qk_norm(self) -> bool:
@@ -62,6 +75,10 @@ class ModelConfig:
     def fused_projections(self) -> bool:
         """The checkpoint holds q|k|v as one `qkv_proj` and gate|up as one `gate_up_proj` (Phi-3)."""
         return self.architecture in FUSED_PROJECTIONS
+
+    @property
+    def expert_intermediate_size(self) -> int:
+        return self.moe_intermediate_size or self.intermediate_size
 
     def __post_init__(self) -> None:
         if self.architecture not in set(ARCHITECTURES.values()):
@@ -78,6 +95,10 @@ class ModelConfig:
         ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"model config: {name} must be >= 1, got {getattr(self, name)}")
+        if (self.architecture in MOE) != (self.num_experts > 0):
+            raise ValueError(f"{self.architecture}: num_experts must be > 0 exactly for a mixture of experts")
+        if self.num_experts and not 1 <= self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(f"num_experts_per_tok must be in [1, {self.num_experts}], got {self.num_experts_per_tok}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
         if self.head_dim % 2:
@@ -115,6 +136,7 @@ class ModelConfig:
             max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             attention_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
+            **_moe_from_hf(arch, cfg),
             bos_token_id=cfg.get("bos_token_id"),
             eos_token_ids=eos,
         )
@@ -144,6 +166,17 @@ class ModelConfig:
             d["attention_bias"] = self.attention_bias
         if self.architecture == "phi3":
             d["pad_token_id"] = None  # Phi3Config's default (32000) names a token of the real vocabulary
+        if self.architecture == "mixtral":
+            d |= {"num_local_experts": self.num_experts, "num_experts_per_tok": self.num_experts_per_tok}
+        elif self.architecture == "qwen3_moe":
+            d |= {
+                "num_experts": self.num_experts,
+                "num_experts_per_tok": self.num_experts_per_tok,
+                "moe_intermediate_size": self.expert_intermediate_size,
+                "norm_topk_prob": self.norm_topk_prob,
+                "decoder_sparse_step": 1,
+                "mlp_only_layers": [],
+            }
         return d
 
     def num_params(self) -> int:
@@ -151,9 +184,28 @@ class ModelConfig:
         qkv = h * d * (self.num_heads + 2 * self.num_kv_heads)
         bias = d * (self.num_heads + 2 * self.num_kv_heads) if self.attention_bias else 0
         norms = 2 * h + (2 * d if self.qk_norm else 0)
-        layer = qkv + bias + self.num_heads * d * h + 3 * h * self.intermediate_size + norms
+        mlp = 3 * h * self.intermediate_size
+        if self.num_experts:  # every expert, and the router
+            mlp = self.num_experts * (3 * h * self.expert_intermediate_size + h)
+        layer = qkv + bias + self.num_heads * d * h + mlp + norms
         emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
         return self.num_layers * layer + emb + h
+
+
+def _moe_from_hf(arch: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The MoE fields of a config.json (none for a dense model)."""
+    if arch == "mixtral":
+        return {"num_experts": int(cfg["num_local_experts"]), "num_experts_per_tok": int(cfg["num_experts_per_tok"])}
+    if arch != "qwen3_moe":
+        return {}
+    if cfg.get("mlp_only_layers") or int(cfg.get("decoder_sparse_step", 1)) != 1:
+        raise ValueError("Qwen3-MoE with dense layers (mlp_only_layers, decoder_sparse_step > 1) is not supported")
+    return {
+        "num_experts": int(cfg["num_experts"]),
+        "num_experts_per_tok": int(cfg["num_experts_per_tok"]),
+        "moe_intermediate_size": int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
+        "norm_topk_prob": bool(cfg.get("norm_topk_prob", False)),
+    }
 
 
 def _hf_architecture(cfg: dict[str, Any]) -> str:

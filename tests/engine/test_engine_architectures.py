@@ -17,7 +17,12 @@ from fluidpd.engine.sampling import SamplingParams
 
 transformers = pytest.importorskip("transformers")
 
-ARCHS = ("qwen3", "phi3")  # Llama and Qwen2 are tests/engine/test_engine_model.py's and the SmolLM2 tests'
+ARCHS = (
+    "qwen3",
+    "phi3",
+    "mixtral",
+    "qwen3_moe",
+)  # Llama and Qwen2 are tests/engine/test_engine_model.py's and the SmolLM2 tests'
 PROMPTS = [
     [5, 17, 3, 88, 41, 9, 60, 2, 33, 71, 14, 26, 50, 8, 90, 1, 45, 19, 77, 30],
     [7, 7, 100, 3],
@@ -39,7 +44,10 @@ def arch(request, tmp_path_factory):
 
     (path / "config.json").write_text(json.dumps(cfg.to_hf()))
     save_file(tensors, str(path / "model.safetensors"))
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64).eval()  # as a user would
+    # as a user would load it (eager experts: float64 has no grouped GEMM)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path), dtype=torch.float64, experts_implementation="eager"
+    ).eval()
     refs = []
     with torch.no_grad():
         for p in [*PROMPTS, SHARED]:

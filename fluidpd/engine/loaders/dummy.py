@@ -12,10 +12,15 @@ from fluidpd.engine.loaders.checkpoint import LOADERS, Checkpoint
 from fluidpd.engine.loaders.gguf import gguf_model_config
 from fluidpd.engine.model_config import ModelConfig, read_hf_config
 from fluidpd.engine.model_source import DUMMY_PRESETS
+from fluidpd.engine.moe import moe_tensor_names
 
 __all__ = ["DUMMY_PRESETS", "dummy_config", "load_dummy", "random_tensors", "tiny_config"]
 
 TINY_QUIRKS: dict[str, dict[str, Any]] = {  # what each architecture's real configs do that the base shape does not
+    "mixtral": dict(num_experts=4, num_experts_per_tok=2, rope_theta=1e6),
+    "qwen3_moe": dict(
+        head_dim=32, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=False
+    ),
     "qwen3": dict(head_dim=32, rope_theta=1e6),  # head_dim independent of hidden / heads
     "qwen2": dict(attention_bias=True, rope_theta=1e6),
 }
@@ -77,6 +82,14 @@ def random_tensors(cfg: ModelConfig, dtype: torch.dtype, seed: int) -> dict[str,
                 p + "mlp.down_proj.weight": (h, i),
             }
         )
+        if cfg.num_experts:  # the dense MLP's place: a router and the experts
+            for x in ("gate_proj", "up_proj", "down_proj"):
+                del shapes[p + f"mlp.{x}.weight"]
+            ie = cfg.expert_intermediate_size
+            router, *experts = moe_tensor_names(cfg, p)
+            shapes[router] = (cfg.num_experts, h)
+            for gate, up, down in zip(experts[::3], experts[1::3], experts[2::3], strict=True):
+                shapes.update({gate: (ie, h), up: (ie, h), down: (h, ie)})
         if cfg.fused_projections:  # one tensor each for q|k|v and gate|up, rows in that order
             for fused, parts in (
                 ("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
