@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from engine_testdata import MAX_TOKENS, PROMPTS
 from engine_tolerance import logits_tol
 
 from fluidpd.engine import EngineConfig, LLMEngine, SamplingParams
-from fluidpd.engine.loaders.dummy import random_tensors
+from fluidpd.engine.loaders.dummy import random_tensors, tiny_config
 from fluidpd.engine.model_config import ModelConfig
 
 
@@ -43,23 +44,7 @@ def test_greedy_matches_transformers_generate(make_engine, hf_smol):
 
 
 def _tiny(arch: str, **kw) -> ModelConfig:
-    base = dict(
-        architecture=arch,
-        vocab_size=96,
-        hidden_size=64,
-        intermediate_size=96,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=16,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        attention_bias=arch == "qwen2",
-    )
-    base.update(kw)
-    return ModelConfig(**base)
+    return replace(tiny_config(arch, vocab_size=96), **kw)
 
 
 def _hf_model(cfg: ModelConfig, tensors: dict[str, torch.Tensor]):

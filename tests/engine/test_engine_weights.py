@@ -10,7 +10,7 @@ import torch
 
 from fluidpd.engine import EngineConfig, LLMEngine
 from fluidpd.engine.loaders import resolve_model
-from fluidpd.engine.loaders.dummy import random_tensors
+from fluidpd.engine.loaders.dummy import random_tensors, tiny_config
 from fluidpd.engine.loaders.gguf import gguf_to_hf_name, load_gguf, unpermute_qk
 from fluidpd.engine.model_config import ModelConfig
 
@@ -148,46 +148,20 @@ def test_gguf_dequantises_and_unpermutes(tmp_path, qtype):
         assert ((got.double() - ref.double()).abs() <= quantisation_error_bound(ref, qtype)).all(), name
 
 
-def test_gguf_engine_matches_safetensors_engine(tmp_path):
-    tensors = random_tensors(CFG, torch.float32, seed=2)
-    write_gguf(tmp_path / "m.gguf", tensors)
-    import json
-
-    from safetensors.torch import save_file
-
-    (tmp_path / "st").mkdir()
-    (tmp_path / "st" / "config.json").write_text(json.dumps(CFG.to_hf()))
-    save_file(tensors, str(tmp_path / "st" / "model.safetensors"))
-    ids = [3, 9, 27, 1, 40, 22, 8, 63]
-    a = LLMEngine(EngineConfig(model=str(tmp_path / "m.gguf"), num_kv_blocks=8)).prompt_logits(ids)
-    b = LLMEngine(EngineConfig(model=str(tmp_path / "st"), num_kv_blocks=8)).prompt_logits(ids)
-    assert torch.equal(a, b)
-
-
-QWEN3 = ModelConfig(
-    architecture="qwen3",
-    vocab_size=64,
-    hidden_size=64,
-    intermediate_size=96,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=32,
+QWEN3 = replace(
+    tiny_config("qwen3", vocab_size=64),
     rms_norm_eps=2.0**-20,  # exact in the GGUF's float32
-    rope_theta=1e6,
     max_position_embeddings=128,
     tie_word_embeddings=True,
 )
-
-
 PHI3 = replace(QWEN3, architecture="phi3", head_dim=16, rope_theta=10000.0)
 
 
-@pytest.mark.parametrize("cfg", [QWEN3, PHI3], ids=["qwen3", "phi3"])
+@pytest.mark.parametrize("cfg", [CFG, QWEN3, PHI3], ids=["llama", "qwen3", "phi3"])
 def test_gguf_with_llama_cpp_names_matches_its_safetensors(tmp_path, cfg):
-    """llama.cpp's GGUF of each architecture: qwen3's attn_q_norm / attn_k_norm and head_dim from
-    key_length, phi3's fused attn_qkv and ffn_up (gate|up), Q/K rows not permuted; the engine's
-    logits equal the safetensors checkpoint's."""
+    """llama.cpp's GGUF of each architecture: llama's permuted Q/K rows, qwen3's attn_q_norm /
+    attn_k_norm and head_dim from key_length, phi3's fused attn_qkv and ffn_up (gate|up); the
+    tensors read back exactly and the engine's logits equal the safetensors checkpoint's."""
     import json
 
     from safetensors.torch import save_file
