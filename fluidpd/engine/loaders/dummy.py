@@ -60,52 +60,56 @@ def dummy_config(model: str, overrides: dict[str, Any]) -> tuple[ModelConfig, st
     return ModelConfig.from_hf(hf), tok
 
 
+def _layer_shapes(cfg: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:
+    """One layer's tensor shapes under the checkpoint's names (prefix `p`), in a fixed order."""
+    h, d, i = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    shapes: dict[str, tuple[int, ...]] = {
+        p + "input_layernorm.weight": (h,),
+        p + "post_attention_layernorm.weight": (h,),
+        p + "self_attn.q_proj.weight": (cfg.num_heads * d, h),
+        p + "self_attn.k_proj.weight": (cfg.num_kv_heads * d, h),
+        p + "self_attn.v_proj.weight": (cfg.num_kv_heads * d, h),
+        p + "self_attn.o_proj.weight": (h, cfg.num_heads * d),
+        p + "mlp.gate_proj.weight": (i, h),
+        p + "mlp.up_proj.weight": (i, h),
+        p + "mlp.down_proj.weight": (h, i),
+    }
+    if cfg.num_experts:  # the dense MLP's place: a router and the experts
+        for x in ("gate_proj", "up_proj", "down_proj"):
+            del shapes[p + f"mlp.{x}.weight"]
+        ie = cfg.expert_intermediate_size
+        router, *experts = moe_tensor_names(cfg, p)
+        shapes[router] = (cfg.num_experts, h)
+        for gate, up, down in zip(experts[::3], experts[1::3], experts[2::3], strict=True):
+            shapes.update({gate: (ie, h), up: (ie, h), down: (h, ie)})
+    if cfg.fused_projections:  # one tensor each for q|k|v and gate|up, rows in that order
+        for fused, parts in (
+            ("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+            ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")),
+        ):
+            shapes[p + fused + ".weight"] = (sum(shapes.pop(p + x + ".weight")[0] for x in parts), h)
+    if cfg.qk_norm:
+        shapes.update({p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,)})
+    if cfg.attention_bias:
+        shapes.update(
+            {
+                p + "self_attn.q_proj.bias": (cfg.num_heads * d,),
+                p + "self_attn.k_proj.bias": (cfg.num_kv_heads * d,),
+                p + "self_attn.v_proj.bias": (cfg.num_kv_heads * d,),
+            }
+        )
+    return shapes
+
+
 def random_tensors(cfg: ModelConfig, dtype: torch.dtype, seed: int) -> dict[str, torch.Tensor]:
     """Random weights with the checkpoint's names (std 0.02, norms near 1), reproducible by seed."""
     g = torch.Generator().manual_seed(seed)
-    h, d, i = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
-    shapes = {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
+    h = cfg.hidden_size
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, h)
     for n in range(cfg.num_layers):
-        p = f"model.layers.{n}."
-        shapes.update(
-            {
-                p + "input_layernorm.weight": (h,),
-                p + "post_attention_layernorm.weight": (h,),
-                p + "self_attn.q_proj.weight": (cfg.num_heads * d, h),
-                p + "self_attn.k_proj.weight": (cfg.num_kv_heads * d, h),
-                p + "self_attn.v_proj.weight": (cfg.num_kv_heads * d, h),
-                p + "self_attn.o_proj.weight": (h, cfg.num_heads * d),
-                p + "mlp.gate_proj.weight": (i, h),
-                p + "mlp.up_proj.weight": (i, h),
-                p + "mlp.down_proj.weight": (h, i),
-            }
-        )
-        if cfg.num_experts:  # the dense MLP's place: a router and the experts
-            for x in ("gate_proj", "up_proj", "down_proj"):
-                del shapes[p + f"mlp.{x}.weight"]
-            ie = cfg.expert_intermediate_size
-            router, *experts = moe_tensor_names(cfg, p)
-            shapes[router] = (cfg.num_experts, h)
-            for gate, up, down in zip(experts[::3], experts[1::3], experts[2::3], strict=True):
-                shapes.update({gate: (ie, h), up: (ie, h), down: (h, ie)})
-        if cfg.fused_projections:  # one tensor each for q|k|v and gate|up, rows in that order
-            for fused, parts in (
-                ("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
-                ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")),
-            ):
-                shapes[p + fused + ".weight"] = (sum(shapes.pop(p + x + ".weight")[0] for x in parts), h)
-        if cfg.qk_norm:
-            shapes.update({p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,)})
-        if cfg.attention_bias:
-            shapes.update(
-                {
-                    p + "self_attn.q_proj.bias": (cfg.num_heads * d,),
-                    p + "self_attn.k_proj.bias": (cfg.num_kv_heads * d,),
-                    p + "self_attn.v_proj.bias": (cfg.num_kv_heads * d,),
-                }
-            )
+        shapes.update(_layer_shapes(cfg, f"model.layers.{n}."))
     out = {}
     for name, shape in shapes.items():
         t = torch.empty(shape, dtype=torch.float32)
