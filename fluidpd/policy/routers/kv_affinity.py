@@ -135,7 +135,7 @@ class KvAffinity:
         t += t_iter + token.chunk_cost(b, hit, rest, scale) if rest else 0.0
         prior = hit
         while prior < req.prefill_target:  # its own chunks, each attending to every token before it
-            c = min(token.chunk_tokens(d, prior), req.prefill_target - prior)
+            c = min(chunk if prior == hit else token.chunk_tokens(d, prior), req.prefill_target - prior)
             if not c:
                 return math.inf
             t += t_iter + token.chunk_cost(b, prior, c, scale)
