@@ -16,16 +16,7 @@ ARCHITECTURES = {  # GGUF general.architecture / HF model_type -> our family mem
     "mixtral": "mixtral",
     "qwen3_moe": "qwen3_moe",
 }
-HF_ARCHITECTURES = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
-    "Phi3ForCausalLM": "phi3",
-    "MixtralForCausalLM": "mixtral",
-    "Qwen3MoeForCausalLM": "qwen3_moe",
-}
-HF_NAMES = {
+HF_NAMES = {  # our family member -> the HF `architectures` name config.json is written with
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
@@ -33,10 +24,9 @@ HF_NAMES = {
     "mixtral": "MixtralForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
 }
-QK_NORM = frozenset({"qwen3", "qwen3_moe"})
-MOE = frozenset(
-    {"mixtral", "qwen3_moe"}
-)  # a sparse mixture-of-experts MLP (fluidpd.engine.moe)  # RMSNorm of each query and key head before RoPE
+HF_ARCHITECTURES = {name: arch for arch, name in HF_NAMES.items()} | {"MistralForCausalLM": "llama"}
+QK_NORM = frozenset({"qwen3", "qwen3_moe"})  # RMSNorm of each query and key head before RoPE
+MOE = frozenset({"mixtral", "qwen3_moe"})  # a sparse mixture-of-experts MLP (fluidpd.engine.moe)
 FUSED_PROJECTIONS = frozenset({"phi3"})  # checkpoints hold self_attn.qkv_proj and mlp.gate_up_proj
 ROPE_TYPES = ("default", "linear", "llama3")
 

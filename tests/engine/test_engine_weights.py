@@ -17,17 +17,9 @@ from fluidpd.engine.model_config import ModelConfig
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
 
-CFG = ModelConfig(
-    architecture="llama",
-    vocab_size=64,
-    hidden_size=64,
-    intermediate_size=96,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
-    rms_norm_eps=2.0**-17,
-    rope_theta=10000.0,
+CFG = replace(
+    tiny_config("llama", vocab_size=64),
+    rms_norm_eps=2.0**-17,  # exact in the GGUF's float32
     max_position_embeddings=128,
     tie_word_embeddings=True,
 )
