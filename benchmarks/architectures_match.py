@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from fluidpd.engine.loaders import smollm2_gguf
 from fluidpd.engine.loaders.dummy import random_tensors, tiny_config
-from fluidpd.engine.model_config import ARCHITECTURES, HF_NAMES
+from fluidpd.engine.model_config import ARCHITECTURES
 from fluidpd.engine.tokenizer import Tokenizer
 
 PROMPT = "The paged KV cache of a serving engine"
@@ -33,7 +33,8 @@ def checkpoint(arch: str, vocab: int, path: Path) -> None:
     """A tiny `arch` model with random weights (a sharp lm_head: no near-ties for greedy to break)."""
     cfg = tiny_config(arch, vocab)
     tensors = random_tensors(cfg, torch.float32, seed=7)
-    tensors["lm_head.weight"] = tensors["lm_head.weight"] * 50
+    if not cfg.tie_word_embeddings:
+        tensors["lm_head.weight"] = tensors["lm_head.weight"] * 50
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(cfg.to_hf()))
     save_file(tensors, str(path / "model.safetensors"))
@@ -67,7 +68,7 @@ def main() -> None:
         ap.error("--max-tokens must be >= 1")
     tok = Tokenizer.from_gguf(smollm2_gguf())
     ids = tok.encode(PROMPT)
-    archs = sorted(set(ARCHITECTURES.values()))
+    archs = [*sorted(set(ARCHITECTURES.values())), "mistral"]  # mistral: Llama with a sliding window
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for arch in tqdm(archs, desc="architectures", file=sys.stderr):
@@ -75,10 +76,9 @@ def main() -> None:
             checkpoint(arch, tok.vocab_size, path)
             text = ours(path, args.max_tokens)
             expected = tok.decode(reference(path, ids, args.max_tokens))
-            rows.append(
-                {"architecture": HF_NAMES[arch], "match": text == expected, "fluidpd": text, "transformers": expected}
-            )
-            print(f"{HF_NAMES[arch]:20s} {'match' if text == expected else 'DIFFER'}  {text!r}", flush=True)
+            name = tiny_config(arch).to_hf()["architectures"][0]
+            rows.append({"architecture": name, "match": text == expected, "fluidpd": text, "transformers": expected})
+            print(f"{name:20s} {'match' if text == expected else 'DIFFER'}  {text!r}", flush=True)
             if text != expected:
                 print(f"{'':20s} transformers: {expected!r}", flush=True)
     out = Path(args.out)

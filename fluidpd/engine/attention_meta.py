@@ -19,6 +19,7 @@ class PrefillSegment:
     ctx_start: int
     block_ids: torch.Tensor | None = None  # blocks covering ctx_start + chunk (None: no earlier ctx)
     mask: torch.Tensor | None = None  # [chunk, T] additive mask (None: plain causal)
+    window_mask: torch.Tensor | None = None  # the same within the sliding window (None: as `mask`)
 
 
 @dataclass
@@ -30,6 +31,7 @@ class DecodeGroup:
     block_ids: torch.Tensor  # [B * nb] flattened, padded block tables
     mask: torch.Tensor | None  # [B, 1, 1, nb * block_size] additive (None: one sequence)
     ctx_len: int = 0  # one sequence: its context length
+    window_mask: torch.Tensor | None = None  # `mask` within the sliding window (several sequences)
     buffers: tuple | None = None  # gather destinations + SDPA views, made at the first layer
 
 

@@ -13,7 +13,9 @@ from fluidpd.core.blockhash import ROOT, block_hashes
 from fluidpd.engine.block_pool import BlockPool, NoFreeBlocksError
 from fluidpd.engine.sequence import Sequence
 
-__all__ = ["BlockManager", "NoFreeBlocksError", "Reservation"]
+__all__ = ["NULL_BLOCK", "BlockManager", "NoFreeBlocksError", "Reservation"]
+
+NULL_BLOCK = -1  # a table entry whose block was freed: outside every layer's sliding window
 
 # (sequence, tokens its table must cover, cached block ids it starts with: only for a sequence without blocks)
 Reservation = tuple[Sequence, int, list[int]]
@@ -21,10 +23,12 @@ Reservation = tuple[Sequence, int, list[int]]
 
 class BlockManager:
     """Hands out block ids of the arena's KV pool to sequences; with `enable_caching`, a sequence's
-    full computed blocks are indexed by chained hash and a new sequence can start on them."""
+    full computed blocks are indexed by chained hash and a new sequence can start on them. With a
+    `window` (every layer attends to its last `window` tokens only, as Mistral's), blocks no later
+    token reads are freed as the sequence advances (`slide`), as vLLM's sliding-window manager does."""
 
-    def __init__(self, num_blocks: int, block_size: int, *, enable_caching: bool) -> None:
-        self.block_size = block_size
+    def __init__(self, num_blocks: int, block_size: int, *, enable_caching: bool, window: int = 0) -> None:
+        self.block_size, self.window = block_size, window
         self.enable_caching = enable_caching
         self.pool = BlockPool(num_blocks)
         self.on_free: Callable[[Sequence], None] | None = None  # sees a sequence's blocks before it lets go (offload)
@@ -156,18 +160,32 @@ class BlockManager:
         new = block_hashes(seq.token_ids[: full * self.block_size], self.block_size, start, parent)
         for i, h in enumerate(new, start):
             own = seq.block_table[i]
+            if own == NULL_BLOCK:  # (an imported sequence's dead blocks: their KV is nowhere)
+                continue
             if not self.pool.cache(own, h) and self.pool.block_of[h] != own:
                 seq.block_table[i] = self.pool.block_of[h]
                 self.pool.share([seq.block_table[i]])
                 self.pool.release([own])
         seq.block_hashes.extend(new)
 
+    def slide(self, seq: Sequence) -> None:
+        """Free `seq`'s blocks that no later token reads (every key before its window), leading first;
+        cached ones stay findable. Sequences of an n > 1 request keep theirs (their tables are shared)."""
+        if not self.window or seq.group is not None:
+            return
+        dead = max(0, seq.num_computed - self.window + 1) // self.block_size  # the next query's window starts there
+        if dead > seq.num_dead_blocks:
+            table = seq.block_table
+            self.pool.release(table[seq.num_dead_blocks : dead])
+            table[seq.num_dead_blocks : dead] = [NULL_BLOCK] * (dead - seq.num_dead_blocks)
+            seq.num_dead_blocks = dead
+
     def free(self, seq: Sequence) -> None:
         """Drop `seq`'s references, tail first: its cached blocks stay findable, its last ones evicted first."""
         if self.on_free is not None and seq.block_hashes:
             self.on_free(seq)
-        self.pool.release(seq.block_table[::-1])
-        seq.block_table = []
+        self.pool.release(seq.block_table[seq.num_dead_blocks :][::-1])
+        seq.block_table, seq.num_dead_blocks = [], 0
 
     # ------------------------------------------------------------------ resize
     def resize(self, num_blocks: int, seqs: list[Sequence]) -> list[tuple[int, int]]:

@@ -19,24 +19,36 @@ from fluidpd.engine.linear import Linear, tensor_bytes
 from fluidpd.engine.model_config import ModelConfig
 from fluidpd.engine.moe import SparseMoE
 from fluidpd.engine.paged_attention import PagedDecodeAttention
+from fluidpd.engine.softcap_attention import attention
 
 
 class DecoderLayer:
-    """RMSNorm -> GQA attention with RoPE -> residual -> RMSNorm -> SwiGLU -> residual."""
+    """RMSNorm -> GQA attention with RoPE -> residual -> RMSNorm -> SwiGLU -> residual; Gemma's
+    (1 + w) norms also after attention and the MLP (before each residual add), and GeGLU."""
 
     def __init__(
         self,
         cfg: ModelConfig,
         w: dict[str, torch.Tensor],
-        prefix: str,
+        index: int,
         linear: Callable[..., Linear],
         paged: PagedDecodeAttention | None = None,
         ops: LayerOps | None = None,
     ) -> None:
+        prefix = f"model.layers.{index}."
+        one = 1.0 if cfg.gemma else 0.0  # Gemma's norms scale by 1 + w: folded in once here
         g = lambda name: w.pop(prefix + name)
-        self.input_norm = g("input_layernorm.weight")
-        self.post_norm = g("post_attention_layernorm.weight")
-        self.qk_norms = (g("self_attn.q_norm.weight"), g("self_attn.k_norm.weight")) if cfg.qk_norm else None
+        n = lambda name: g(name) + one
+        self.input_norm = n("input_layernorm.weight")
+        self.sandwich = None  # Gemma: the norms of attention's and the MLP's outputs
+        if cfg.gemma:
+            self.post_norm = n("pre_feedforward_layernorm.weight")
+            self.sandwich = (n("post_attention_layernorm.weight"), n("post_feedforward_layernorm.weight"))
+        else:
+            self.post_norm = g("post_attention_layernorm.weight")
+        self.qk_norms = (n("self_attn.q_norm.weight"), n("self_attn.k_norm.weight")) if cfg.qk_norm else None
+        self.window, self.softcap = cfg.window(index), cfg.attn_logit_softcapping
+        self.scale = cfg.query_pre_attn_scalar**-0.5 if cfg.query_pre_attn_scalar else None
 
         def fused(name: str, parts: tuple[str, ...]):  # Phi-3 ships q|k|v and gate|up as one tensor each
             t = w.pop(prefix + name, None)
@@ -66,7 +78,7 @@ class DecoderLayer:
         return self.qkv, self.o, self.gate_up, self.down
 
     def nbytes(self) -> int:
-        norms = tensor_bytes(self.input_norm, self.post_norm, *(self.qk_norms or ()))
+        norms = tensor_bytes(self.input_norm, self.post_norm, *(self.qk_norms or ()), *(self.sandwich or ()))
         router = tensor_bytes(self.moe.router) if self.moe is not None else 0
         return norms + router + sum(lin.nbytes for lin in self.linears)
 
@@ -74,6 +86,8 @@ class DecoderLayer:
         self.input_norm, self.post_norm = self.input_norm.to(device), self.post_norm.to(device)
         if self.qk_norms:
             self.qk_norms = (self.qk_norms[0].to(device), self.qk_norms[1].to(device))
+        if self.sandwich:
+            self.sandwich = (self.sandwich[0].to(device), self.sandwich[1].to(device))
         for lin in self.linears:
             lin.to(device)
         if self.moe is not None:
@@ -89,10 +103,19 @@ class DecoderLayer:
             self._norm_heads(qkv)
         q, k, v = ops.rope_kv(qkv, st, layer)
         a = self._attend(q, k, v, meta, st.arena, layer)
+        if self.sandwich is not None:
+            after_attn, after_mlp = self.sandwich
+            h = ops.add_rms_norm(x, self._norm(self.o(a), after_attn), self.post_norm, self.eps, st)
+            gu = self.gate_up(h)
+            i = gu.shape[1] // 2
+            return self._norm(self.down(F.gelu(gu[:, :i], approximate="tanh").mul_(gu[:, i:])), after_mlp)
         h = ops.add_rms_norm(x, self.o(a), self.post_norm, self.eps, st)
         if self.moe is not None:
             return self.moe(h)
         return self.down(ops.silu_mul(self.gate_up(h), st))
+
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, weight.shape, weight, self.eps)
 
     def _norm_heads(self, qkv: torch.Tensor) -> None:
         """RMSNorm of every query and key head of `qkv` [n, (H + 2 KV) D] in place (Qwen3), before RoPE."""
@@ -105,6 +128,9 @@ class DecoderLayer:
             x = part.reshape(n, heads, self.d)
             y = x.float()
             y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+            if self.sandwich is not None:  # Gemma: (x * w) rounded to the dtype, where Qwen3 rounds x first
+                part.copy_((y * weight.float()).to(x.dtype).reshape(n, heads * self.d))
+                continue
             part.copy_((weight * y.to(x.dtype)).reshape(n, heads * self.d))
 
     def attention(
@@ -152,13 +178,17 @@ class DecoderLayer:
             ks = arena.gather(kc, seg.block_ids, 0).flatten(0, 1).to(q.dtype)  # [T, KV, D]
             vs = arena.gather(vc, seg.block_ids, 1).flatten(0, 1).to(q.dtype)
             mask, causal = seg.mask, False
-        o = F.scaled_dot_product_attention(
+        if self.window and seg.window_mask is not None:
+            mask, causal = seg.window_mask, False
+        o = attention(
             qs,
             ks.transpose(0, 1).unsqueeze(0),
             vs.transpose(0, 1).unsqueeze(0),
-            attn_mask=mask,
-            is_causal=causal,
-            enable_gqa=self.h != self.kv,
+            mask,
+            causal,
+            self.scale,
+            self.softcap,
+            self.h != self.kv,
         )
         return o[0].transpose(0, 1).reshape(e - s, self.h * self.d)
 
@@ -174,7 +204,12 @@ class DecoderLayer:
             v_att.copy_(v_dst)
         # GQA without repeating K/V: the G query heads of a KV head act as G query rows
         qd = q[grp.start : grp.end].view(b, self.kv, self.h // self.kv, self.d)
-        o = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=grp.mask)
+        mask = grp.mask
+        if self.window and grp.mask is None:  # one sequence: its last `window` tokens
+            kk, vv = kk[:, :, -self.window :], vv[:, :, -self.window :]
+        elif self.window:
+            mask = grp.window_mask
+        o = attention(qd, kk, vv, mask, False, self.scale, self.softcap, False)
         return o.reshape(b, self.h * self.d)
 
     def _decode_buffers(self, grp: DecodeGroup, page: torch.Size, arena: KVArena, dtype: torch.dtype) -> tuple:

@@ -71,7 +71,8 @@ class LLMEngine(GroupOps, KVExchange, KVResize, PromptScoring, TierHooks):
         self.kv_layout = KVLayout(mc.num_layers, mc.num_kv_heads, mc.head_dim, bs, str(kv_dtype))
         num_blocks, total = config.arena_layout(self.kv_layout.block_numel * kv_dtype.itemsize, self.max_model_len)
         self.arena = KVArena.for_layout(self.kv_layout, num_blocks, total, kv_dtype, config.torch_device)
-        self.blocks = BlockManager(num_blocks, bs, enable_caching=config.enable_prefix_caching)
+        window = model.config.kv_window
+        self.blocks = BlockManager(num_blocks, bs, enable_caching=config.enable_prefix_caching, window=window)
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens)
         self.runner = ModelRunner(model, self.arena, bs)
         self.tier = (
@@ -186,6 +187,7 @@ class LLMEngine(GroupOps, KVExchange, KVResize, PromptScoring, TierHooks):
         for seq, n in chunks:
             seq.num_computed += n
             self.blocks.register(seq)
+            self.blocks.slide(seq)
         outputs = self._record(chunks + fresh, sampled, tokens, lps, hits, prompt_lps)
         res = StepResult(
             outputs,

@@ -13,7 +13,8 @@ def payload_of(
     seq: Sequence, blocks: torch.Tensor, layout: KVLayout, skip_blocks: int = 0, group: GroupKV | None = None
 ) -> KVPayload:
     """`seq`'s tokens, progress and sampling state around `blocks`, its computed KV past its first `skip_blocks`
-    (`group`: the other sequences of its n > 1 request, whose extra blocks follow)."""
+    (`group`: the other sequences of its n > 1 request, whose extra blocks follow); its blocks outside a
+    sliding window are left out."""
     return KVPayload(
         request_id=seq.request_id,
         token_ids=list(seq.token_ids),
@@ -28,6 +29,7 @@ def payload_of(
         skip_blocks=skip_blocks,
         num_cached_tokens=seq.num_cached_tokens,
         group=group,
+        dead_blocks=seq.num_dead_blocks,
     )
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fluidpd.engine.block_manager import NULL_BLOCK
 from fluidpd.engine.block_pool import MissingCachedBlocks
 from fluidpd.engine.group_kv import GroupKVMoves
 from fluidpd.engine.handoff import payload_of, sequence_of
@@ -59,7 +60,9 @@ class KVExchange(GroupKVMoves):
                 f"request {request_id!r}: skip_blocks {skip_blocks} out of range, it has "
                 f"{seq.num_computed // self.config.block_size} full computed blocks"
             )
-        kv = self.arena.read_blocks(seq.block_table[skip_blocks:nb], device)
+        dead = seq.num_dead_blocks  # outside the window: nothing to send, nothing to skip
+        skip_blocks = 0 if dead else skip_blocks
+        kv = self.arena.read_blocks(seq.block_table[max(skip_blocks, dead) : nb], device)
         payload = payload_of(seq, kv, self.kv_layout, skip_blocks)
         if release:
             self.scheduler.remove(seq)
@@ -94,8 +97,10 @@ class KVExchange(GroupKVMoves):
             raise MissingCachedBlocks(
                 f"import of {rid!r} skips {skip} KV blocks, but this engine holds only the first {len(hits)} of them"
             )
+        dead = payload.dead_blocks
+        seq.block_table, seq.num_dead_blocks = [NULL_BLOCK] * dead, dead
         self._reserve_room([(seq, payload.num_computed, hits)])
-        self.arena.write_blocks(seq.block_table[skip:], payload.blocks)
+        self.arena.write_blocks(seq.block_table[skip + dead :], payload.blocks)
         seq.num_computed = payload.num_computed
         seq.admitted = True
         self.blocks.register(seq)

@@ -67,7 +67,8 @@ class KVPayload:
     `blocks` is one stacked tensor [num_blocks, num_layers, 2 (k, v), block_size, kv_heads,
     head_dim] holding positions `skip_blocks * block_size` .. `num_computed` (the last block may be
     partly filled); the first `skip_blocks` full blocks are left out: the destination holds them
-    in its prefix cache.
+    in its prefix cache. A sliding-window model's first `dead_blocks` blocks (outside every layer's
+    window) are left out too, and the destination holds none of them (their ids there are NULL_BLOCK).
     `generator_state` is the request's sampling RNG state, so a seeded request keeps drawing
     the same stream after the hand-off."""
 
@@ -85,15 +86,20 @@ class KVPayload:
     skip_blocks: int = 0
     num_cached_tokens: int = 0  # the request's prefix cache hits where it was first admitted
     group: GroupKV | None = None  # n > 1: the request's other sequences
+    dead_blocks: int = 0
 
     def __post_init__(self) -> None:
         bs = self.layout.block_size
-        if not 0 <= self.skip_blocks <= self.num_computed // bs:
-            raise ValueError(
-                f"skip_blocks {self.skip_blocks} out of range: {self.num_computed} computed positions "
-                f"hold {self.num_computed // bs} full blocks"
-            )
-        need = -(-self.num_computed // bs) - self.skip_blocks + (self.group.extra_blocks if self.group else 0)
+        for name in ("skip_blocks", "dead_blocks"):
+            if not 0 <= getattr(self, name) <= self.num_computed // bs:
+                raise ValueError(
+                    f"{name} {getattr(self, name)} out of range: {self.num_computed} computed positions "
+                    f"hold {self.num_computed // bs} full blocks"
+                )
+        if self.skip_blocks and self.dead_blocks:
+            raise ValueError("a payload skips cached blocks or leaves out dead ones, not both")
+        left_out = self.skip_blocks + self.dead_blocks
+        need = -(-self.num_computed // bs) - left_out + (self.group.extra_blocks if self.group else 0)
         if tuple(self.blocks.shape) != (need, *self.layout.block_shape):
             raise ValueError(
                 f"KV payload blocks of shape {tuple(self.blocks.shape)} do not hold "

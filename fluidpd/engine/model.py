@@ -1,4 +1,4 @@
-"""Llama-family decoder (Llama 2/3, SmolLM2, Qwen2, Qwen3, Mistral) in plain PyTorch, over a paged KV arena.
+"""Llama-family decoder (Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3, Mixtral, Qwen3-MoE) over a paged KV arena.
 
 One forward runs a flattened mixed batch: every token of every prefill chunk and every decode
 token goes through the dense layers together ([num_tokens, hidden]); attention splits the rows
@@ -13,6 +13,7 @@ linear layer is built by the weight format `quantization` names (fluidpd.engine.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -58,18 +59,19 @@ class LlamaModel:
         for k in w:
             w[k] = w[k].to(dtype)
         embed = w.pop("model.embed_tokens.weight")
-        self.norm = w.pop("model.norm.weight")
+        self.norm = w.pop("model.norm.weight") + (1.0 if cfg.gemma else 0.0)  # Gemma's (1 + w)
         lm_head = w.pop("lm_head.weight", None)
         tied = cfg.tie_word_embeddings or lm_head is None
         self.lm_head = linear(embed if tied else lm_head, lookups=tied)
         self.embed = None if tied else embed  # tied: rows are read from lm_head
-        self.layers = [
-            DecoderLayer(cfg, w, f"model.layers.{i}.", linear, self.paged, self.ops) for i in range(cfg.num_layers)
-        ]
+        self.layers = [DecoderLayer(cfg, w, i, linear, self.paged, self.ops) for i in range(cfg.num_layers)]
         w.clear()
-        inv = rope_inv_freq(cfg, ckpt.rope_freqs)
-        freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv[None, :]
-        self.cos, self.sin = freqs.cos().to(dtype), freqs.sin().to(dtype)
+        self.embed_scale = torch.tensor(cfg.hidden_size**0.5, dtype=dtype) if cfg.gemma else None
+        self.cos, self.sin = _rope_table(rope_inv_freq(cfg, ckpt.rope_freqs), max_positions, dtype)
+        self.local_rope = None  # Gemma 3's sliding layers: their own base, unscaled
+        if cfg.rope_local_theta:
+            local = replace(cfg, rope_theta=cfg.rope_local_theta, rope_scaling=None)
+            self.local_rope = _rope_table(rope_inv_freq(local), max_positions, dtype)
         self.to(self.device)
         self.program = DecodeProgram.for_model(self)  # decode-only steps in one C call, where it applies
 
@@ -78,6 +80,8 @@ class LlamaModel:
         self.norm = self.norm.to(device)
         self.lm_head.to(device)
         self.cos, self.sin = self.cos.to(device), self.sin.to(device)
+        if self.local_rope is not None:
+            self.local_rope = (self.local_rope[0].to(device), self.local_rope[1].to(device))
         for layer in self.layers:
             layer.to(device)
 
@@ -105,18 +109,27 @@ class LlamaModel:
         if self.program is not None and self.program.runs(x.shape[0], meta):
             self.program(x, st, meta, arena)
         else:
+            local = st
+            if self.local_rope is not None:
+                local = self.ops.begin(positions, meta.slot_blocks, meta.slot_offsets, *self.local_rope, arena)
             res = None
             for i, layer in enumerate(self.layers):
-                res = layer.forward(x, res, st, meta, i)
+                res = layer.forward(x, res, local if layer.window else st, meta, i)
             if res is not None:
                 x.add_(res)
         x = self.ops.add_rms_norm(x[logits_rows], None, self.norm, self.config.rms_norm_eps, st)
-        return self.lm_head(x).float()
+        logits = self.lm_head(x).float()
+        if cap := self.config.final_logit_softcapping:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if self.embed is not None:
-            return F.embedding(input_ids, self.embed)
-        return self.lm_head.rows(input_ids).to(self.dtype)
+        x = (
+            F.embedding(input_ids, self.embed)
+            if self.embed is not None
+            else self.lm_head.rows(input_ids).to(self.dtype)
+        )
+        return x if self.embed_scale is None else x * self.embed_scale
 
 
 def _paged_kernel(
@@ -125,8 +138,10 @@ def _paged_kernel(
     """The paged decode kernel for `attention` ('paged': required; 'auto': where it builds; 'gather': none)."""
     if attention != "auto" and attention not in ATTENTIONS:
         raise ValueError(f"attention must be 'auto' or one of {ATTENTIONS}, got {attention!r}")
-    if attention == "gather":
+    if attention == "gather" or (attention == "auto" and not cfg.plain_attention):
         return None
+    if not cfg.plain_attention:
+        raise ValueError("paged attention computes plain softmax attention: no sliding window, soft-cap or scale")
     if device.type != "cpu" or dtype != torch.float32:
         if attention == "paged":
             raise ValueError(f"paged attention runs on the CPU in float32, not {dtype} on {device}")
@@ -170,10 +185,10 @@ def _check_names(cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:
             else tuple(f"self_attn.{x}_proj.weight" for x in "qkv")
         )
         mlp = ("mlp.gate_up_proj.weight",) if cfg.fused_projections else ("mlp.gate_proj.weight", "mlp.up_proj.weight")
-        need += [
-            p + s
-            for s in ("input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.o_proj.weight", *attn)
-        ]
+        norms = ("input_layernorm.weight", "post_attention_layernorm.weight")
+        if cfg.gemma:
+            norms += ("pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight")
+        need += [p + s for s in (*norms, "self_attn.o_proj.weight", *attn)]
         need += moe_tensor_names(cfg, p) if cfg.num_experts else [p + s for s in (*mlp, "mlp.down_proj.weight")]
         if cfg.qk_norm:
             need += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
@@ -192,3 +207,9 @@ def _check_names(cfg: ModelConfig, w: dict[str, torch.Tensor]) -> None:
             f"{bad[0]} has shape {tuple(w[bad[0]].shape)}, config says "
             f"{(cfg.num_heads * cfg.head_dim, cfg.hidden_size)}"
         )
+
+
+def _rope_table(inv_freq: torch.Tensor, max_positions: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [max_positions, head_dim / 2] of every position's angles."""
+    freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    return freqs.cos().to(dtype), freqs.sin().to(dtype)

@@ -15,6 +15,9 @@ ARCHITECTURES = {  # GGUF general.architecture / HF model_type -> our family mem
     "phi3": "phi3",
     "mixtral": "mixtral",
     "qwen3_moe": "qwen3_moe",
+    "gemma2": "gemma2",
+    "gemma3": "gemma3",
+    "gemma3_text": "gemma3",
 }
 HF_NAMES = {  # our family member -> the HF `architectures` name config.json is written with
     "llama": "LlamaForCausalLM",
@@ -23,11 +26,17 @@ HF_NAMES = {  # our family member -> the HF `architectures` name config.json is 
     "phi3": "Phi3ForCausalLM",
     "mixtral": "MixtralForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
 }
+HF_MODEL_TYPES = {"gemma3": "gemma3_text"}  # config.json's model_type where it is not the family's name
 HF_ARCHITECTURES = {name: arch for arch, name in HF_NAMES.items()} | {"MistralForCausalLM": "llama"}
-QK_NORM = frozenset({"qwen3", "qwen3_moe"})  # RMSNorm of each query and key head before RoPE
+QK_NORM = frozenset({"qwen3", "qwen3_moe", "gemma3"})  # RMSNorm of each query and key head before RoPE
 MOE = frozenset({"mixtral", "qwen3_moe"})  # a sparse mixture-of-experts MLP (fluidpd.engine.moe)
 FUSED_PROJECTIONS = frozenset({"phi3"})  # checkpoints hold self_attn.qkv_proj and mlp.gate_up_proj
+# GeGLU (tanh GELU), (1 + w) RMSNorms before and after attention and the MLP, embeddings scaled by sqrt(hidden)
+GEMMA = frozenset({"gemma2", "gemma3"})
+SLIDING, FULL = "sliding_attention", "full_attention"  # config.json's layer_types
 ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -55,6 +64,12 @@ class ModelConfig:
     num_experts_per_tok: int = 0  # k of the router's top k
     moe_intermediate_size: int = 0  # one expert's (0: intermediate_size, as Mixtral's)
     norm_topk_prob: bool = True  # the top k router weights renormalised to sum to 1 (Mixtral; Qwen3-MoE's flag)
+    sliding_window: int = 0  # tokens a sliding layer attends to, its own included (0: none)
+    layer_types: tuple[str, ...] = ()  # SLIDING or FULL per layer (empty: every layer SLIDING if a window is set)
+    query_pre_attn_scalar: int = 0  # attention scores scaled by its -1/2 power (0: head_dim's)
+    attn_logit_softcapping: float = 0.0  # scores -> cap * tanh(scores / cap) before the softmax (0: none)
+    final_logit_softcapping: float = 0.0  # the same on the logits
+    rope_local_theta: float = 0.0  # RoPE base of the sliding layers, unscaled (Gemma 3; 0: as the full layers)
 
     @property
     def qk_norm(self) -> bool:
@@ -65,6 +80,27 @@ class ModelConfig:
     def fused_projections(self) -> bool:
         """The checkpoint holds q|k|v as one `qkv_proj` and gate|up as one `gate_up_proj` (Phi-3)."""
         return self.architecture in FUSED_PROJECTIONS
+
+    @property
+    def gemma(self) -> bool:
+        return self.architecture in GEMMA
+
+    def window(self, layer: int) -> int:
+        """Tokens layer `layer` attends to, its own included (0: every earlier token)."""
+        if not self.sliding_window:
+            return 0
+        return self.sliding_window if not self.layer_types or self.layer_types[layer] == SLIDING else 0
+
+    @property
+    def kv_window(self) -> int:
+        """The window of every layer where every layer has one (KV older than it is never read again), else 0."""
+        return min(self.window(i) for i in range(self.num_layers))
+
+    @property
+    def plain_attention(self) -> bool:
+        """softmax(q k / sqrt(head_dim)) over every earlier token in every layer: what the paged kernel computes."""
+        scale = self.query_pre_attn_scalar in (0, self.head_dim)
+        return scale and not self.sliding_window and not self.attn_logit_softcapping
 
     @property
     def expert_intermediate_size(self) -> int:
@@ -93,6 +129,10 @@ class ModelConfig:
             raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        if self.layer_types and (len(self.layer_types) != self.num_layers or set(self.layer_types) - {SLIDING, FULL}):
+            raise ValueError(f"layer_types must name {SLIDING!r} or {FULL!r} for each of the {self.num_layers} layers")
+        if self.sliding_window < 0:
+            raise ValueError(f"sliding_window must be >= 0, got {self.sliding_window}")
         rope_type = (self.rope_scaling or {}).get("rope_type", "default")
         if rope_type not in ROPE_TYPES:
             raise ValueError(f"unsupported rope scaling type {rope_type!r}: supported {ROPE_TYPES}")
@@ -102,6 +142,8 @@ class ModelConfig:
         """From a Hugging Face config.json dict (transformers 4.x or 5.x spelling)."""
         arch = _hf_architecture(cfg)
         rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+        local = rope.pop(SLIDING, None)  # Gemma 3 in transformers 5: RoPE per layer type
+        rope = dict(rope.pop(FULL, None) or rope)
         theta = float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0)))
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         scaling = None
@@ -127,6 +169,7 @@ class ModelConfig:
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             attention_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
             **_moe_from_hf(arch, cfg),
+            **_attention_from_hf(arch, cfg, local),
             bos_token_id=cfg.get("bos_token_id"),
             eos_token_ids=eos,
         )
@@ -135,7 +178,7 @@ class ModelConfig:
         """A config.json dict that transformers reads back as the same model."""
         d: dict[str, Any] = {
             "architectures": [HF_NAMES[self.architecture]],
-            "model_type": self.architecture,
+            "model_type": HF_MODEL_TYPES.get(self.architecture, self.architecture),
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
@@ -167,13 +210,32 @@ class ModelConfig:
                 "decoder_sparse_step": 1,
                 "mlp_only_layers": [],
             }
+        if self.sliding_window and self.architecture == "llama":
+            d |= {"architectures": ["MistralForCausalLM"], "model_type": "mistral"}
+        if self.sliding_window:
+            d |= {"sliding_window": self.sliding_window}
+        if self.layer_types:
+            d["layer_types"] = list(self.layer_types)
+        if self.gemma:
+            d |= {
+                "hidden_activation": "gelu_pytorch_tanh",
+                "query_pre_attn_scalar": int(self.query_pre_attn_scalar or self.head_dim),
+                "attn_logit_softcapping": self.attn_logit_softcapping or None,
+                "final_logit_softcapping": self.final_logit_softcapping or None,
+            }
+            del d["hidden_act"]
+        if self.architecture == "gemma3":
+            full = {"rope_type": "default", **(self.rope_scaling or {}), "rope_theta": self.rope_theta}
+            local = {"rope_type": "default", "rope_theta": self.rope_local_theta or self.rope_theta}
+            d |= {"rope_parameters": {FULL: full, SLIDING: local}}
+            del d["rope_theta"], d["rope_scaling"]
         return d
 
     def num_params(self) -> int:
         h, d = self.hidden_size, self.head_dim
         qkv = h * d * (self.num_heads + 2 * self.num_kv_heads)
         bias = d * (self.num_heads + 2 * self.num_kv_heads) if self.attention_bias else 0
-        norms = 2 * h + (2 * d if self.qk_norm else 0)
+        norms = (4 if self.gemma else 2) * h + (2 * d if self.qk_norm else 0)
         mlp = 3 * h * self.intermediate_size
         if self.num_experts:  # every expert, and the router
             mlp = self.num_experts * (3 * h * self.expert_intermediate_size + h)
@@ -196,6 +258,33 @@ def _moe_from_hf(arch: str, cfg: dict[str, Any]) -> dict[str, Any]:
         "moe_intermediate_size": int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
         "norm_topk_prob": bool(cfg.get("norm_topk_prob", False)),
     }
+
+
+def _attention_from_hf(arch: str, cfg: dict[str, Any], local_rope: dict | None) -> dict[str, Any]:
+    """Sliding windows, score scale and soft-capping of a config.json (Gemma 2/3, Mistral's window)."""
+    n = int(cfg["num_hidden_layers"])
+    if arch in ("qwen2", "qwen3", "qwen3_moe") and cfg.get("use_sliding_window"):
+        raise ValueError(f"{arch} with use_sliding_window is not supported")
+    window = int(cfg.get("sliding_window") or 0) if arch in GEMMA or (arch == "llama" and _is_mistral(cfg)) else 0
+    types = tuple(cfg.get("layer_types") or ())
+    if arch in GEMMA and not types:  # config.json written before transformers stored layer_types
+        every = 2 if arch == "gemma2" else int(cfg.get("sliding_window_pattern", 6))
+        types = tuple(SLIDING if (i + 1) % every else FULL for i in range(n))
+    if arch not in GEMMA:
+        return {"sliding_window": window, "layer_types": types if window else ()}
+    local = (local_rope or {}).get("rope_theta", cfg.get("rope_local_base_freq"))
+    return {
+        "sliding_window": window,
+        "layer_types": types,
+        "query_pre_attn_scalar": int(cfg.get("query_pre_attn_scalar") or cfg["head_dim"]),
+        "attn_logit_softcapping": float(cfg.get("attn_logit_softcapping") or 0.0),
+        "final_logit_softcapping": float(cfg.get("final_logit_softcapping") or 0.0),
+        "rope_local_theta": float(local or (10000.0 if arch == "gemma3" else 0.0)),
+    }
+
+
+def _is_mistral(cfg: dict[str, Any]) -> bool:
+    return "MistralForCausalLM" in (cfg.get("architectures") or []) or cfg.get("model_type") == "mistral"
 
 
 def _hf_architecture(cfg: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ class ModelRunner:
         cap = GROUP_MAX_BYTES if group_max_bytes is None else group_max_bytes
         self.group_max_tokens = max(1, cap // per_token)
         self.one_group = self.device.type != "cpu"  # GPU: one padded launch per layer
+        self.window = mc.sliding_window  # sliding layers' masks are built too where a model has them
 
     def execute(self, chunks: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[Sequence], list]:
         """Run the chunks in one forward; logits [M, vocab] for the M sequences they complete (to sample),
@@ -91,14 +92,20 @@ class ModelRunner:
         return torch.tensor(tokens, dtype=torch.long, device=dev), pos.to(dev), meta, rows, sampled
 
     def _prefill_segment(self, seq: Sequence, row: int, n: int) -> PrefillSegment:
-        start = seq.num_computed
+        start, w = seq.num_computed, self.window
+        queries = torch.arange(start, start + n, device=self.device)[:, None]
         if start == 0:
-            return PrefillSegment(row, row + n, 0)
+            if not w or n <= w:
+                return PrefillSegment(row, row + n, 0)
+            keys = torch.arange(n, device=self.device)
+            windowed = self._additive((keys <= queries) & (keys > queries - w))
+            return PrefillSegment(row, row + n, 0, window_mask=windowed)
         nb = -(-(start + n) // self.block_size)
-        ids = torch.tensor(seq.block_table[:nb], dtype=torch.long, device=self.device)
+        ids = torch.tensor(_live(seq, nb), dtype=torch.long, device=self.device)
         keys = torch.arange(nb * self.block_size, device=self.device)
-        allowed = keys[None, :] <= torch.arange(start, start + n, device=self.device)[:, None]
-        return PrefillSegment(row, row + n, start, ids, self._additive(allowed))
+        allowed = keys[None, :] <= queries
+        windowed = self._additive(allowed & (keys > queries - w)) if w else None
+        return PrefillSegment(row, row + n, start, ids, self._additive(allowed), windowed)
 
     def _paged_decodes(self, seqs: list[Sequence], row: int) -> PagedDecodes:
         ctx = [s.num_computed + 1 for s in seqs]
@@ -112,16 +119,19 @@ class ModelRunner:
         ctx = [s.num_computed + 1 for s in seqs]
         nb = -(-max(ctx) // self.block_size)
         if len(seqs) == 1:  # no padding: slice the context, no mask
-            ids = torch.tensor(seqs[0].block_table[:nb], dtype=torch.long, device=self.device)
+            ids = torch.tensor(_live(seqs[0], nb), dtype=torch.long, device=self.device)
             return DecodeGroup(row, row + 1, ids, None, ctx[0])
         table = []
         for s in seqs:
-            t = s.block_table[:nb]
+            t = _live(s, nb)
             table += t + [t[0]] * (nb - len(t))  # pad with a valid id; masked out
         keys = torch.arange(nb * self.block_size, device=self.device)
-        allowed = keys[None, :] < torch.tensor(ctx, device=self.device)[:, None]
-        mask = self._additive(allowed)[:, None, None, :]
-        return DecodeGroup(row, row + len(seqs), torch.tensor(table, dtype=torch.long, device=self.device), mask)
+        ends = torch.tensor(ctx, device=self.device)[:, None]
+        mask = self._additive(keys[None, :] < ends)[:, None, None, :]
+        w = self.window
+        windowed = self._additive((keys < ends) & (keys >= ends - w))[:, None, None, :] if w else None
+        ids = torch.tensor(table, dtype=torch.long, device=self.device)
+        return DecodeGroup(row, row + len(seqs), ids, mask, window_mask=windowed)
 
     def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
         mask = torch.zeros(allowed.shape, dtype=self.model.dtype, device=self.device)
@@ -153,3 +163,9 @@ def _group_decodes(seqs: list[Sequence], max_tokens: int) -> list[list[Sequence]
         groups.append(seqs[cut[j] : j])
         j = cut[j]
     return groups[::-1]
+
+
+def _live(seq: Sequence, nb: int) -> list[int]:
+    """`seq`'s first `nb` block ids, a freed one (outside the sliding window, masked) read as block 0."""
+    table = seq.block_table[:nb]
+    return [0] * seq.num_dead_blocks + table[seq.num_dead_blocks :] if seq.num_dead_blocks else table

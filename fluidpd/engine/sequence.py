@@ -35,6 +35,7 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     num_computed: int = 0
     block_table: list[int] = field(default_factory=list)
+    num_dead_blocks: int = 0  # leading table entries outside every layer's sliding window: freed (NULL_BLOCK)
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "capacity"
     stop_text: str | None = None  # output text cut at a stop string
     logprobs: list[TokenLogprob] | None = None
@@ -93,6 +94,7 @@ class Sequence:
         """Preemption by recompute: KV dropped, every token (prompt + output) is prefilled again."""
         self.num_computed = 0
         self.block_table = []
+        self.num_dead_blocks = 0
         self.block_hashes = []
         self.status = SequenceStatus.WAITING
         self.num_preemptions += 1

@@ -55,8 +55,8 @@ class StoreTier:
     def offload(self, seq: Sequence) -> None:
         """Queue `seq`'s indexed full blocks for the store, tail first (those there are refreshed);
         each keeps a reference until its copy is done."""
-        n = len(seq.block_hashes)
-        ids, hashes = seq.block_table[:n][::-1], seq.block_hashes[:n][::-1]
+        n, dead = len(seq.block_hashes), seq.num_dead_blocks  # dead blocks were freed: not read here
+        ids, hashes = seq.block_table[dead:n][::-1], seq.block_hashes[dead:n][::-1]
         self.blocks.pool.share(ids)
         self.pending += 1
         if self._writer is None:

@@ -10,7 +10,7 @@ import torch
 from fluidpd.engine.gguf_file import GGUFFile
 from fluidpd.engine.loaders.checkpoint import LOADERS, Checkpoint
 from fluidpd.engine.loaders.gguf import gguf_model_config
-from fluidpd.engine.model_config import ModelConfig, read_hf_config
+from fluidpd.engine.model_config import FULL, SLIDING, ModelConfig, read_hf_config
 from fluidpd.engine.model_source import DUMMY_PRESETS
 from fluidpd.engine.moe import moe_tensor_names
 
@@ -23,6 +23,27 @@ TINY_QUIRKS: dict[str, dict[str, Any]] = {  # what each architecture's real conf
     ),
     "qwen3": dict(head_dim=32, rope_theta=1e6),  # head_dim independent of hidden / heads
     "qwen2": dict(attention_bias=True, rope_theta=1e6),
+    # windows of 8 tokens (a prompt of the tests outgrows them), scale and caps where they change the result
+    "gemma2": dict(
+        head_dim=32,
+        tie_word_embeddings=True,
+        sliding_window=8,
+        layer_types=(SLIDING, FULL),
+        query_pre_attn_scalar=24,
+        attn_logit_softcapping=0.2,
+        final_logit_softcapping=1.0,
+    ),
+    "gemma3": dict(
+        head_dim=32,
+        tie_word_embeddings=True,
+        sliding_window=8,
+        layer_types=(SLIDING, FULL),
+        query_pre_attn_scalar=24,
+        rope_theta=1e6,
+        rope_scaling={"rope_type": "linear", "factor": 2.0},
+        rope_local_theta=1e4,
+    ),
+    "mistral": dict(architecture="llama", sliding_window=8),  # every layer windowed: older KV is freed
 }
 
 
@@ -88,6 +109,8 @@ def _layer_shapes(cfg: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:
             ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")),
         ):
             shapes[p + fused + ".weight"] = (sum(shapes.pop(p + x + ".weight")[0] for x in parts), h)
+    if cfg.gemma:
+        shapes.update({p + "pre_feedforward_layernorm.weight": (h,), p + "post_feedforward_layernorm.weight": (h,)})
     if cfg.qk_norm:
         shapes.update({p + "self_attn.q_norm.weight": (d,), p + "self_attn.k_norm.weight": (d,)})
     if cfg.attention_bias:
@@ -113,8 +136,8 @@ def random_tensors(cfg: ModelConfig, dtype: torch.dtype, seed: int) -> dict[str,
     out = {}
     for name, shape in shapes.items():
         t = torch.empty(shape, dtype=torch.float32)
-        if name.endswith("norm.weight"):
-            t.uniform_(0.8, 1.2, generator=g)
+        if name.endswith("norm.weight"):  # Gemma's scale is 1 + w
+            t.uniform_(*((-0.2, 0.2) if cfg.gemma else (0.8, 1.2)), generator=g)
         else:
             t.normal_(0.0, 0.02, generator=g)
         out[name] = t.to(dtype)
