@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from gguf_testdata import Q, permute, write_gguf
 
 from fluidpd.engine import EngineConfig, LLMEngine
 from fluidpd.engine.loaders import resolve_model
@@ -14,77 +15,12 @@ from fluidpd.engine.loaders.dummy import random_tensors, tiny_config
 from fluidpd.engine.loaders.gguf import gguf_to_hf_name, load_gguf, unpermute_qk
 from fluidpd.engine.model_config import ModelConfig
 
-gguf = pytest.importorskip("gguf")
-Q = gguf.GGMLQuantizationType
-
 CFG = replace(
     tiny_config("llama", vocab_size=64),
     rms_norm_eps=2.0**-17,  # exact in the GGUF's float32
     max_position_embeddings=128,
     tie_word_embeddings=True,
 )
-HF_TO_GGUF = {
-    "embed_tokens": "token_embd",
-    "norm": "output_norm",
-    "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "self_attn.q_norm": "attn_q_norm",
-    "self_attn.qkv_proj": "attn_qkv",
-    "mlp.gate_up_proj": "ffn_up",
-    "self_attn.k_norm": "attn_k_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-
-
-def permute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp's convert_hf_to_gguf.py permutation (what the loader must undo)."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def gguf_name(hf: str) -> str:
-    parts = hf.split(".")
-    if parts[1] == "layers":
-        rest = ".".join(parts[3:-1])
-        return f"blk.{parts[2]}.{HF_TO_GGUF[rest]}.{parts[-1]}"
-    return f"{HF_TO_GGUF[parts[1]]}.{parts[-1]}"
-
-
-def write_gguf(path, tensors: dict[str, torch.Tensor], qtype=Q.F32, arch: str = "llama", cfg: ModelConfig = CFG):
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(cfg.num_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_heads)
-    w.add_head_count_kv(cfg.num_kv_heads)
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_rope_freq_base(cfg.rope_theta)
-    w.add_vocab_size(cfg.vocab_size)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
-    permuted = arch in ("llama", "mistral")  # convert_hf_to_gguf.py permutes Q/K rows for these only
-    for name, t in tensors.items():
-        a = t.float().numpy()
-        if permuted and name.endswith("q_proj.weight"):
-            a = permute(a, cfg.num_heads)
-        elif permuted and name.endswith("k_proj.weight"):
-            a = permute(a, cfg.num_kv_heads)
-        if a.ndim == 1 or qtype == Q.F32:
-            w.add_tensor(gguf_name(name), np.ascontiguousarray(a, dtype=np.float32))
-        elif qtype == Q.F16:
-            w.add_tensor(gguf_name(name), a.astype(np.float16))
-        else:
-            w.add_tensor(gguf_name(name), gguf.quants.quantize(a, qtype), raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
 
 
 def test_unpermute_inverts_llama_cpp_permutation():
@@ -130,7 +66,7 @@ def quantisation_error_bound(ref: torch.Tensor, qtype) -> torch.Tensor:
 )
 def test_gguf_dequantises_and_unpermutes(tmp_path, qtype):
     tensors = random_tensors(CFG, torch.float32, seed=1)
-    write_gguf(tmp_path / "m.gguf", tensors, qtype)
+    write_gguf(tmp_path / "m.gguf", tensors, qtype, cfg=CFG)
     ck = load_gguf(str(tmp_path / "m.gguf"))
     assert ck.config == CFG
     assert set(ck.tensors) == set(tensors)
@@ -147,19 +83,31 @@ QWEN3 = replace(
     tie_word_embeddings=True,
 )
 PHI3 = replace(QWEN3, architecture="phi3", head_dim=16, rope_theta=10000.0)
+MIXTRAL = replace(tiny_config("mixtral", vocab_size=64), rms_norm_eps=2.0**-20, max_position_embeddings=128)
+QWEN3_MOE = replace(  # norm_topk_prob: llama.cpp renormalises Qwen3-MoE's top k (as the released models do)
+    tiny_config("qwen3_moe", vocab_size=64),
+    rms_norm_eps=2.0**-20,
+    max_position_embeddings=128,
+    tie_word_embeddings=True,
+    norm_topk_prob=True,
+)
 
 
-@pytest.mark.parametrize("cfg", [CFG, QWEN3, PHI3], ids=["llama", "qwen3", "phi3"])
+@pytest.mark.parametrize(
+    "cfg", [CFG, QWEN3, PHI3, MIXTRAL, QWEN3_MOE], ids=["llama", "qwen3", "phi3", "mixtral", "qwen3_moe"]
+)
 def test_gguf_with_llama_cpp_names_matches_its_safetensors(tmp_path, cfg):
     """llama.cpp's GGUF of each architecture: llama's permuted Q/K rows, qwen3's attn_q_norm /
-    attn_k_norm and head_dim from key_length, phi3's fused attn_qkv and ffn_up (gate|up); the
-    tensors read back exactly and the engine's logits equal the safetensors checkpoint's."""
+    attn_k_norm and head_dim from key_length, phi3's fused attn_qkv and ffn_up (gate|up), Mixtral
+    as llama with expert_count, qwen3moe's expert_feed_forward_length, the router as ffn_gate_inp and
+    every expert stacked into ffn_*_exps; the tensors read back exactly (each expert under its own
+    index) and the engine's logits equal the safetensors checkpoint's."""
     import json
 
     from safetensors.torch import save_file
 
     tensors = random_tensors(cfg, torch.float32, seed=4)
-    write_gguf(tmp_path / "m.gguf", tensors, arch=cfg.architecture, cfg=cfg)
+    write_gguf(tmp_path / "m.gguf", tensors, cfg=cfg)
     ck = load_gguf(str(tmp_path / "m.gguf"))
     assert ck.config == cfg and set(ck.tensors) == set(tensors)
     assert all(torch.equal(ck.tensors[n], t) for n, t in tensors.items())
@@ -173,7 +121,7 @@ def test_gguf_with_llama_cpp_names_matches_its_safetensors(tmp_path, cfg):
 
 
 def test_unknown_gguf_architecture(tmp_path):
-    write_gguf(tmp_path / "g.gguf", random_tensors(CFG, torch.float32, seed=1), arch="gpt2")
+    write_gguf(tmp_path / "g.gguf", random_tensors(CFG, torch.float32, seed=1), cfg=CFG, arch="gpt2")
     with pytest.raises(ValueError, match="unknown architecture 'gpt2'"):
         LLMEngine(EngineConfig(model=str(tmp_path / "g.gguf")))
 

@@ -12,10 +12,12 @@ import torch
 
 from fluidpd.engine.gguf_file import GGUFFile
 from fluidpd.engine.loaders.checkpoint import LOADERS, Checkpoint
+from fluidpd.engine.loaders.gguf_moe import gguf_moe_fields, gguf_moe_names, is_expert
 from fluidpd.engine.model_config import ARCHITECTURES, ModelConfig
 from fluidpd.engine.quantized import BLOCK_BYTES, QuantizedTensor
 
 GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1")
+GGUF_ARCHITECTURES = {"qwen3moe": "qwen3_moe"}  # llama.cpp's names that are not a Hugging Face model_type
 GGUF_NAMES = [
     (r"token_embd\.weight", "model.embed_tokens.weight"),
     (r"output_norm\.weight", "model.norm.weight"),
@@ -44,17 +46,32 @@ def gguf_to_hf_name(name: str) -> str | None:
     return None
 
 
+def gguf_hf_names(cfg: ModelConfig, name: str) -> list[str] | None:
+    """Checkpoint names of GGUF tensor `name` (one per expert for a stacked `*_exps` tensor), or None."""
+    moe = gguf_moe_names(cfg, name)
+    if moe is not None:
+        return moe
+    hf = gguf_to_hf_name(name)
+    if hf is not None and cfg.fused_projections and hf.endswith(".mlp.up_proj.weight"):  # Phi-3's ffn_up: gate|up
+        hf = hf.replace(".up_proj.", ".gate_up_proj.")
+    return None if hf is None else [hf]
+
+
 def gguf_field(reader: GGUFFile, key: str, default: Any = None) -> Any:
     return reader.fields.get(key, default)
 
 
 def gguf_model_config(reader: GGUFFile) -> ModelConfig:
     arch = gguf_field(reader, "general.architecture")
-    if arch not in ARCHITECTURES:
+    family = GGUF_ARCHITECTURES.get(arch) or ARCHITECTURES.get(arch)
+    if family is None:
         raise ValueError(
-            f"unknown architecture {arch!r} in GGUF (general.architecture); supported: {sorted(ARCHITECTURES)}"
+            f"unknown architecture {arch!r} in GGUF (general.architecture); "
+            f"supported: {sorted(ARCHITECTURES | GGUF_ARCHITECTURES)}"
         )
     g = lambda key, default=None: gguf_field(reader, f"{arch}.{key}", default)
+    if family == "llama" and g("expert_count"):  # llama.cpp writes Mixtral as llama with experts
+        family = "mixtral"
     hidden, heads = int(g("embedding_length")), int(g("attention.head_count"))
     kv_heads = g("attention.head_count_kv", heads)
     if isinstance(kv_heads, list):
@@ -71,11 +88,12 @@ def gguf_model_config(reader: GGUFFile) -> ModelConfig:
         raise ValueError(f"unsupported rope scaling type {stype!r} in GGUF")
     eos = gguf_field(reader, "tokenizer.ggml.eos_token_id")
     names = {t.name for t in reader.tensors}
+    ff = int(g("feed_forward_length"))
     return ModelConfig(
-        architecture=ARCHITECTURES[arch],
+        architecture=family,
         vocab_size=int(vocab),
         hidden_size=hidden,
-        intermediate_size=int(g("feed_forward_length")),
+        intermediate_size=ff,
         num_layers=int(g("block_count")),
         num_heads=heads,
         num_kv_heads=int(kv_heads),
@@ -88,6 +106,7 @@ def gguf_model_config(reader: GGUFFile) -> ModelConfig:
         attention_bias="blk.0.attn_q.bias" in names,
         bos_token_id=gguf_field(reader, "tokenizer.ggml.bos_token_id"),
         eos_token_ids=() if eos is None else (int(eos),),
+        **gguf_moe_fields(family, g, ff),
     )
 
 
@@ -110,8 +129,23 @@ def dequantize_tensor(t) -> np.ndarray:
 
 def shipped_blocks(t, name: str, tied: bool) -> bool:
     """Whether tensor `t` (HF `name`) is a linear weight the `gguf` linear layer reads as shipped."""
-    linear = name.endswith("_proj.weight") or name == "lm_head.weight" or (tied and name == "model.embed_tokens.weight")
-    return linear and t.tensor_type.name in BLOCK_BYTES
+    linear = name.endswith("_proj.weight") or is_expert(name) or name == "lm_head.weight"
+    return (linear or (tied and name == "model.embed_tokens.weight")) and t.tensor_type.name in BLOCK_BYTES
+
+
+def torch_weight(arr: np.ndarray, t, name: str, cfg: ModelConfig, permuted: bool, raw: bool, dtype: torch.dtype):
+    """One checkpoint tensor from GGUF `t`'s data `arr` (dequantised, or its blocks where `raw`), Q/K unpermuted."""
+    if permuted and ".q_proj." in name:
+        arr = unpermute_qk(arr, cfg.num_heads)
+    elif permuted and ".k_proj." in name:
+        arr = unpermute_qk(arr, cfg.num_kv_heads)
+    if raw:
+        rows = arr.shape[0]
+        data = torch.from_numpy(np.array(arr, dtype=np.uint8).reshape(rows, -1))  # a copy: not the mmap
+        return QuantizedTensor(t.tensor_type.name, (rows, int(t.shape[0])), data)
+    if not arr.flags.writeable or arr.dtype != np.float32:  # F32 tensors are views of the mmap
+        arr = np.array(arr, dtype=np.float32)
+    return torch.from_numpy(np.ascontiguousarray(arr)).to(dtype)
 
 
 @LOADERS.register("gguf")
@@ -125,8 +159,8 @@ def load_gguf(
 ) -> Checkpoint:
     """Dequantised tensors under HF names, Q/K rows unpermuted; the tokenizer from the same reader.
 
-    `keep_quantized`: Q4_1 / Q8_0 linear weights (and a tied embedding) stay as shipped, as
-    `QuantizedTensor`s (their blocks, rows unpermuted alike), for `--quantization gguf`.
+    `keep_quantized`: Q4_1 / Q8_0 linear weights, experts' included (and a tied embedding), stay as
+    shipped, as `QuantizedTensor`s (their blocks, rows unpermuted alike), for `--quantization gguf`.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"GGUF file not found: {path!r}")
@@ -139,25 +173,16 @@ def load_gguf(
         if t.name == "rope_freqs.weight":
             rope_freqs = torch.from_numpy(dequantize_tensor(t).astype(np.float32).copy())
             continue
-        name = gguf_to_hf_name(t.name)
-        if name is None:
+        names = gguf_hf_names(cfg, t.name)
+        if names is None:
             continue
-        if cfg.fused_projections and name.endswith(".mlp.up_proj.weight"):  # Phi-3's ffn_up holds gate|up
-            name = name.replace(".up_proj.", ".gate_up_proj.")
-        raw = keep_quantized and shipped_blocks(t, name, cfg.tie_word_embeddings)
+        raw = keep_quantized and shipped_blocks(t, names[0], cfg.tie_word_embeddings)
         arr = np.asarray(t.data) if raw else dequantize_tensor(t)
-        if permuted and ".q_proj." in name:
-            arr = unpermute_qk(arr, cfg.num_heads)
-        elif permuted and ".k_proj." in name:
-            arr = unpermute_qk(arr, cfg.num_kv_heads)
-        if raw:
-            rows = int(t.shape[-1])
-            data = torch.from_numpy(np.array(arr, dtype=np.uint8).reshape(rows, -1))  # a copy: not the mmap
-            tensors[name] = QuantizedTensor(t.tensor_type.name, (rows, int(t.shape[0])), data)
-            continue
-        if not arr.flags.writeable or arr.dtype != np.float32:  # F32 tensors are views of the mmap
-            arr = np.array(arr, dtype=np.float32)
-        tensors[name] = torch.from_numpy(np.ascontiguousarray(arr)).to(dtype)
+        parts = list(arr) if arr.ndim == 3 else [arr]  # a stacked *_exps tensor: one part per expert
+        if len(parts) != len(names):
+            raise ValueError(f"GGUF tensor {t.name} holds {len(parts)} experts, the metadata says {len(names)}")
+        for name, part in zip(names, parts, strict=True):
+            tensors[name] = torch_weight(part, t, name, cfg, permuted, raw, dtype)
     if rope_freqs is not None:  # llama3 scaling baked into a tensor: keep it, mark the config
         cfg = (
             ModelConfig(**{**asdict(cfg), "rope_scaling": {"rope_type": "llama3", "from_gguf": True}})
