@@ -34,18 +34,28 @@ def check_token_ids(tokenizer, ids: list[int], param: str) -> list[int]:
     return list(ids)
 
 
-def chat_prompt(tokenizer, messages: list[ChatMessage], tools: list[dict] | None = None) -> list[int]:
-    """The ids of `messages` (and `tools`, OpenAI tool dicts, where given) rendered by the model's chat template."""
+TEMPLATE_RESERVED = ("messages", "tools", "documents", "add_generation_prompt")  # set by the request itself
+
+
+def chat_prompt(
+    tokenizer, messages: list[ChatMessage], tools: list[dict] | None = None, template_kwargs: dict | None = None
+) -> list[int]:
+    """The ids of `messages` (and `tools`, OpenAI tool dicts, where given) rendered by the model's chat template,
+    with `template_kwargs` (the request's chat_template_kwargs, e.g. Qwen3's enable_thinking) as more variables."""
     msgs = chat_messages(messages)
+    extra = dict(template_kwargs or {})
+    if clash := [k for k in TEMPLATE_RESERVED if k in extra]:
+        raise bad_request(f"chat_template_kwargs cannot set {', '.join(clash)}", "chat_template_kwargs")
     try:
-        return tokenizer.encode_chat(msgs, **({} if tools is None else {"tools": tools}))
+        return tokenizer.encode_chat(msgs, **({} if tools is None else {"tools": tools}), **extra)
     except Exception as exc:  # noqa: BLE001 - template errors are the client's message shape
         raise bad_request(f"cannot apply the chat template: {exc}", "messages") from None
 
 
 def chat_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     """Messages as the chat template wants them (as vLLM hands them to transformers): role, text content, and
-    an assistant's tool_calls (each call's arguments parsed to a dict), a tool result's tool_call_id, a name."""
+    an assistant's tool_calls (each call's arguments parsed to a dict) and reasoning_content, a tool result's
+    tool_call_id, a name."""
     if not messages:
         raise bad_request("messages must not be empty", "messages")
     out = []
@@ -68,6 +78,9 @@ def chat_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             msg["tool_calls"] = [
                 _template_tool_call(c, f"messages[{i}].tool_calls[{j}]") for j, c in enumerate(m.tool_calls)
             ]
+        reasoning = (m.model_extra or {}).get("reasoning_content", (m.model_extra or {}).get("reasoning"))
+        if role == "assistant" and isinstance(reasoning, str):  # a reasoning model's earlier thinking
+            msg["reasoning_content"] = reasoning
         if role == "tool" and m.tool_call_id is not None:
             msg["tool_call_id"] = m.tool_call_id
         if m.name is not None:

@@ -113,6 +113,7 @@ class ChatCompletionRequest(_Sampling):
     tools: list[dict[str, Any]] | None = None  # {"type": "function", "function": {"name", "parameters"...}}
     tool_choice: str | dict[str, Any] | None = None  # "none", "auto" (with tools), "required" or a named function
     parallel_tool_calls: bool | None = True
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM extension: more variables for the template
 
 
 class TokenizeRequest(BaseModel):

@@ -13,9 +13,11 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
 from fluidpd.engine import EngineConfig
+from fluidpd.engine.loaders import smollm2_gguf
 from fluidpd.engine.model_source import load_tokenizer
 from fluidpd.engine.tokenizer import Tokenizer
-from fluidpd.server.prompts import chat_messages
+from fluidpd.server.errors import APIError
+from fluidpd.server.prompts import chat_messages, chat_prompt
 from fluidpd.server.protocol import ChatMessage
 
 QWEN3 = (Path(__file__).parent / "data" / "qwen3_chat_template.jinja").read_text()
@@ -100,3 +102,25 @@ def test_qwen3_renders_as_transformers_with_tools(model_files, source, turns, kw
     no_tools = ours.apply_chat_template(msgs, **kwargs)
     assert "# Tools" not in no_tools
     assert no_tools == theirs.apply_chat_template(msgs, tokenize=False, **{"add_generation_prompt": True, **kwargs})
+
+
+def test_the_request_path_passes_reasoning_and_chat_template_kwargs(model_files):
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.AutoTokenizer.from_pretrained(str(model_files / "hf"))
+    ours = Tokenizer.from_gguf(smollm2_gguf()).with_chat_template(QWEN3)  # a byte-level vocabulary: decodes back
+    turns = [{**m, "reasoning_content": "Call the tool."} if i == 2 else m for i, m in enumerate(CONVERSATION[:4])]
+    request = [ChatMessage(**m) for m in turns]  # reasoning_content arrives as an extra field of the message
+    assert chat_messages(request)[2]["reasoning_content"] == "Call the tool."
+    for kwargs in ({}, {"enable_thinking": False}):
+        ids = chat_prompt(ours, request, TOOLS, kwargs)
+        expect = theirs.apply_chat_template(turns, tools=TOOLS, tokenize=False, add_generation_prompt=True, **kwargs)
+        assert ours.decode(ids, skip_special_tokens=False) == expect
+        assert "Call the tool." in expect
+    assert chat_prompt(ours, request, TOOLS, {"enable_thinking": False}) != chat_prompt(ours, request, TOOLS)
+
+
+def test_chat_template_kwargs_cannot_replace_the_request(model_files):
+    ours = Tokenizer.load(str(model_files / "m.gguf"))
+    with pytest.raises(APIError, match="chat_template_kwargs cannot set messages") as err:
+        chat_prompt(ours, [ChatMessage(role="user", content="a")], None, {"messages": []})
+    assert err.value.status == 400

@@ -62,7 +62,7 @@ async def chat_completions(
     check_unsupported(body)
     state.check_prompt_fits([m.content for m in body.messages if isinstance(m.content, str)], "messages")
     tools = tool_request(body.tools, body.tool_choice, body.parallel_tool_calls, state.config.tool_call_parser)
-    ids = await run_in_threadpool(chat_prompt, state.tokenizer, body.messages, tools.tools)
+    ids = await run_in_threadpool(chat_prompt, state.tokenizer, body.messages, tools.tools, body.chat_template_kwargs)
     params = sampling_params(body, len(ids), state.runtime.max_model_len, "messages", state.tokenizer)
     grammar = tools.grammar()
     if grammar is not None:  # (vLLM: the tool call's grammar takes the place of any response_format)
