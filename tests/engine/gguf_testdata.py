@@ -30,6 +30,11 @@ HF_TO_GGUF = {
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
 }
+GEMMA_TO_GGUF = {  # Gemma's four norms a layer: llama.cpp's ffn_norm is the one before the MLP
+    "post_attention_layernorm": "post_attention_norm",
+    "pre_feedforward_layernorm": "ffn_norm",
+    "post_feedforward_layernorm": "post_ffw_norm",
+}
 EXPERT_PROJ = {"w1": "gate", "w3": "up", "w2": "down", "gate_proj": "gate", "up_proj": "up", "down_proj": "down"}
 _ROUTER = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.gate\.weight$")
 _EXPERT = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight$")
@@ -40,13 +45,13 @@ def permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def gguf_name(hf: str) -> str:
+def gguf_name(hf: str, gemma: bool = False) -> str:
     if hf == "lm_head.weight":
         return "output.weight"
     parts = hf.split(".")
     if parts[1] == "layers":
         rest = ".".join(parts[3:-1])
-        return f"blk.{parts[2]}.{HF_TO_GGUF[rest]}.{parts[-1]}"
+        return f"blk.{parts[2]}.{(gemma and GEMMA_TO_GGUF.get(rest)) or HF_TO_GGUF[rest]}.{parts[-1]}"
     return f"{HF_TO_GGUF[parts[1]]}.{parts[-1]}"
 
 
@@ -60,6 +65,8 @@ def gguf_tensors(
     experts: dict[str, dict[int, np.ndarray]] = {}
     for name, t in tensors.items():
         a = t.float().numpy()
+        if cfg.gemma and name.endswith("norm.weight"):  # Gemma2Model / Gemma3Model.modify_tensors: 1 + w
+            a = a + 1
         if permuted and name.endswith("q_proj.weight"):
             a = permute(a, cfg.num_heads)
         elif permuted and name.endswith("k_proj.weight"):
@@ -73,7 +80,7 @@ def gguf_tensors(
             else:
                 out[f"blk.{layer}.ffn_{proj}.{e}.weight"] = a
         else:
-            out[gguf_name(name)] = a
+            out[gguf_name(name, cfg.gemma)] = a
     for name, by_expert in experts.items():
         out[name] = np.stack([by_expert[e] for e in range(len(by_expert))])
     return out
@@ -101,7 +108,8 @@ def write_gguf(
     w.add_head_count(cfg.num_heads)
     w.add_head_count_kv(cfg.num_kv_heads)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_rope_freq_base(cfg.rope_theta)
+    if cfg.architecture != "gemma2":  # Gemma2Model.set_gguf_parameters writes no RoPE base (llama.cpp: 10000)
+        w.add_rope_freq_base(cfg.rope_theta)
     w.add_vocab_size(cfg.vocab_size)
     w.add_key_length(cfg.head_dim)
     w.add_value_length(cfg.head_dim)
@@ -110,6 +118,8 @@ def write_gguf(
         w.add_expert_used_count(cfg.num_experts_per_tok)
         if cfg.architecture == "qwen3_moe":
             w.add_expert_feed_forward_length(cfg.expert_intermediate_size)
+    if cfg.gemma:
+        gemma_metadata(w, cfg)
     if extra is not None:
         extra(w)
     permuted = arch in ("llama", "mistral")  # convert_hf_to_gguf.py permutes Q/K rows for these only
@@ -124,3 +134,20 @@ def write_gguf(
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def gemma_metadata(w: gguf.GGUFWriter, cfg: ModelConfig) -> None:
+    """What Gemma2Model / Gemma3Model.set_gguf_parameters add: the window, gemma2's caps, gemma3's linear RoPE
+    scaling; and where `cfg`'s layer types are not llama.cpp's fixed period (2, 6), gguf-py's per-layer
+    sliding_window_pattern (true = sliding), which the converter does not write."""
+    w.add_sliding_window(cfg.sliding_window)
+    if cfg.architecture == "gemma2":
+        w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+        w.add_final_logit_softcapping(cfg.final_logit_softcapping)
+    if cfg.rope_scaling:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(cfg.rope_scaling["factor"])
+    period = 2 if cfg.architecture == "gemma2" else 6
+    fixed = tuple("sliding_attention" if (i + 1) % period else "full_attention" for i in range(cfg.num_layers))
+    if cfg.layer_types != fixed:
+        w.add_sliding_window_pattern([t == "sliding_attention" for t in cfg.layer_types])

@@ -143,6 +143,10 @@ BLOCK_ARCHS = {  # every linear's columns whole blocks of 32 (tiny qwen3_moe's 4
     "phi3": tiny_config("phi3"),
     "mixtral": tiny_config("mixtral"),
     "qwen3_moe": replace(tiny_config("qwen3_moe"), moe_intermediate_size=64, norm_topk_prob=True),
+    # tied lm_head; columns 64, 128 (o_proj), 96 (down_proj); the window of 8 under IDS' 12 tokens, the caps, and
+    # gemma3's per-layer pattern in the file; its scores scaled by head_dim (a GGUF carries no other scale)
+    "gemma2": tiny_config("gemma2"),
+    "gemma3": tiny_config("gemma3"),
 }
 IDS = [5, 17, 99, 3, 64, 120, 7, 33, 2, 81, 45, 12]
 

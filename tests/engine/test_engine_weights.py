@@ -13,7 +13,7 @@ from fluidpd.engine import EngineConfig, LLMEngine
 from fluidpd.engine.loaders import resolve_model
 from fluidpd.engine.loaders.dummy import random_tensors, tiny_config
 from fluidpd.engine.loaders.gguf import gguf_to_hf_name, load_gguf, unpermute_qk
-from fluidpd.engine.model_config import ModelConfig
+from fluidpd.engine.model_config import FULL, SLIDING, ModelConfig
 
 CFG = replace(
     tiny_config("llama", vocab_size=64),
@@ -92,21 +92,48 @@ QWEN3_MOE = replace(  # norm_topk_prob: llama.cpp renormalises Qwen3-MoE's top k
     norm_topk_prob=True,
 )
 
+# Gemma in the shapes llama.cpp fixes what the GGUF does not carry: scores scaled by head_dim^-1/2 (not a 27B),
+# gemma2's layers alternating sliding / global, gemma3's every 6th global; a window of 4 under the 8-token
+# prompt, caps exact in float32 that change the logits
+GEMMA2 = replace(
+    tiny_config("gemma2", vocab_size=64),
+    rms_norm_eps=2.0**-20,
+    max_position_embeddings=128,
+    sliding_window=4,
+    query_pre_attn_scalar=32,
+    attn_logit_softcapping=0.25,
+)
+GEMMA3 = replace(
+    tiny_config("gemma3", vocab_size=64),
+    rms_norm_eps=2.0**-20,
+    max_position_embeddings=128,
+    num_layers=6,
+    layer_types=(SLIDING,) * 5 + (FULL,),
+    sliding_window=4,
+    query_pre_attn_scalar=32,
+)
+
 
 @pytest.mark.parametrize(
-    "cfg", [CFG, QWEN3, PHI3, MIXTRAL, QWEN3_MOE], ids=["llama", "qwen3", "phi3", "mixtral", "qwen3_moe"]
+    "cfg",
+    [CFG, QWEN3, PHI3, MIXTRAL, QWEN3_MOE, GEMMA2, GEMMA3],
+    ids=["llama", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3"],
 )
 def test_gguf_with_llama_cpp_names_matches_its_safetensors(tmp_path, cfg):
     """llama.cpp's GGUF of each architecture: llama's permuted Q/K rows, qwen3's attn_q_norm /
     attn_k_norm and head_dim from key_length, phi3's fused attn_qkv and ffn_up (gate|up), Mixtral
     as llama with expert_count, qwen3moe's expert_feed_forward_length, the router as ffn_gate_inp and
-    every expert stacked into ffn_*_exps; the tensors read back exactly (each expert under its own
-    index) and the engine's logits equal the safetensors checkpoint's."""
+    every expert stacked into ffn_*_exps, Gemma's post_attention_norm / ffn_norm / post_ffw_norm holding
+    1 + w, its window and caps (gemma2) and linear RoPE scaling (gemma3) in the metadata; the tensors
+    read back exactly (each expert under its own index, Gemma's norms as w) and the engine's logits
+    equal the safetensors checkpoint's."""
     import json
 
     from safetensors.torch import save_file
 
     tensors = random_tensors(cfg, torch.float32, seed=4)
+    if cfg.gemma:  # norms on a 2**-12 grid: 1 + w, and the loader's (1 + w) - 1, exact in float32
+        tensors = {n: (t * 4096).round() / 4096 if n.endswith("norm.weight") else t for n, t in tensors.items()}
     write_gguf(tmp_path / "m.gguf", tensors, cfg=cfg)
     ck = load_gguf(str(tmp_path / "m.gguf"))
     assert ck.config == cfg and set(ck.tensors) == set(tensors)

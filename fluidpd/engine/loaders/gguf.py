@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,7 @@ import torch
 
 from fluidpd.engine.gguf_file import GGUFFile
 from fluidpd.engine.loaders.checkpoint import LOADERS, Checkpoint
+from fluidpd.engine.loaders.gguf_gemma import gemma_config, gemma_hf_name, gemma_norm
 from fluidpd.engine.loaders.gguf_moe import gguf_moe_fields, gguf_moe_names, is_expert
 from fluidpd.engine.model_config import ARCHITECTURES, ModelConfig
 from fluidpd.engine.quantized import BLOCK_BYTES, QuantizedTensor
@@ -51,7 +52,7 @@ def gguf_hf_names(cfg: ModelConfig, name: str) -> list[str] | None:
     moe = gguf_moe_names(cfg, name)
     if moe is not None:
         return moe
-    hf = gguf_to_hf_name(name)
+    hf = (cfg.gemma and gemma_hf_name(name)) or gguf_to_hf_name(name)  # Gemma's four norms a layer
     if hf is not None and cfg.fused_projections and hf.endswith(".mlp.up_proj.weight"):  # Phi-3's ffn_up: gate|up
         hf = hf.replace(".up_proj.", ".gate_up_proj.")
     return None if hf is None else [hf]
@@ -89,7 +90,7 @@ def gguf_model_config(reader: GGUFFile) -> ModelConfig:
     eos = gguf_field(reader, "tokenizer.ggml.eos_token_id")
     names = {t.name for t in reader.tensors}
     ff = int(g("feed_forward_length"))
-    return ModelConfig(
+    cfg = ModelConfig(
         architecture=family,
         vocab_size=int(vocab),
         hidden_size=hidden,
@@ -108,6 +109,7 @@ def gguf_model_config(reader: GGUFFile) -> ModelConfig:
         eos_token_ids=() if eos is None else (int(eos),),
         **gguf_moe_fields(family, g, ff),
     )
+    return replace(cfg, **gemma_config(cfg, g)) if cfg.gemma else cfg
 
 
 def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -135,6 +137,7 @@ def shipped_blocks(t, name: str, tied: bool) -> bool:
 
 def torch_weight(arr: np.ndarray, t, name: str, cfg: ModelConfig, permuted: bool, raw: bool, dtype: torch.dtype):
     """One checkpoint tensor from GGUF `t`'s data `arr` (dequantised, or its blocks where `raw`), Q/K unpermuted."""
+    arr = gemma_norm(arr, name) if cfg.gemma else arr  # the converter's 1 + w back to w
     if permuted and ".q_proj." in name:
         arr = unpermute_qk(arr, cfg.num_heads)
     elif permuted and ".k_proj." in name:
@@ -183,12 +186,8 @@ def load_gguf(
             raise ValueError(f"GGUF tensor {t.name} holds {len(parts)} experts, the metadata says {len(names)}")
         for name, part in zip(names, parts, strict=True):
             tensors[name] = torch_weight(part, t, name, cfg, permuted, raw, dtype)
-    if rope_freqs is not None:  # llama3 scaling baked into a tensor: keep it, mark the config
-        cfg = (
-            ModelConfig(**{**asdict(cfg), "rope_scaling": {"rope_type": "llama3", "from_gguf": True}})
-            if cfg.rope_scaling is None
-            else cfg
-        )
+    if rope_freqs is not None and cfg.rope_scaling is None:  # llama3 scaling baked into a tensor: mark the config
+        cfg = replace(cfg, rope_scaling={"rope_type": "llama3", "from_gguf": True})
     from fluidpd.engine.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_gguf(path, reader=reader) if "tokenizer.ggml.tokens" in reader.fields else None
