@@ -265,7 +265,8 @@ def _attention_from_hf(arch: str, cfg: dict[str, Any], local_rope: dict | None) 
     n = int(cfg["num_hidden_layers"])
     if arch in ("qwen2", "qwen3", "qwen3_moe") and cfg.get("use_sliding_window"):
         raise ValueError(f"{arch} with use_sliding_window is not supported")
-    window = int(cfg.get("sliding_window") or 0) if arch in GEMMA or (arch == "llama" and _is_mistral(cfg)) else 0
+    windowed = arch in GEMMA or arch in ("phi3", "mixtral") or (arch == "llama" and _is_mistral(cfg))
+    window = int(cfg.get("sliding_window") or 0) if windowed else 0  # (transformers' Llama ignores the key)
     types = tuple(cfg.get("layer_types") or ())
     if arch in GEMMA and not types:  # config.json written before transformers stored layer_types
         every = 2 if arch == "gemma2" else int(cfg.get("sliding_window_pattern", 6))

@@ -4,6 +4,7 @@ sequence advances, and that changes no token; a hybrid model (Gemma's global lay
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,16 +20,18 @@ PROMPT = [(7 * i + 3) % 120 for i in range(40)]
 GREEDY = SamplingParams(max_tokens=30, ignore_eos=True)
 
 
-def write_model(path, arch: str):
+def write_model(path, arch: str, **quirks):
     from safetensors.torch import save_file
 
-    cfg = tiny_config(arch)
+    cfg = replace(tiny_config(arch), **quirks)
     tensors = random_tensors(cfg, torch.float32, seed=9)
     if not cfg.tie_word_embeddings:
         tensors["lm_head.weight"] = tensors["lm_head.weight"] * 50  # decisive logits: no near-ties in argmax
     (path / "config.json").write_text(json.dumps(cfg.to_hf()))
     save_file(tensors, str(path / "model.safetensors"))
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float64).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path), dtype=torch.float64, experts_implementation="eager"
+    ).eval()
     with torch.no_grad():
         out = model.generate(torch.tensor([PROMPT]), max_new_tokens=30, do_sample=False, pad_token_id=0)
     return cfg, out[0, len(PROMPT) :].tolist()
@@ -101,3 +104,11 @@ def test_a_hybrid_model_keeps_every_block(tmp_path):
     tokens, most, _ = run(tmp_path, num_kv_blocks=64)
     assert tokens == ref
     assert most == -(-(len(PROMPT) + 28) // 4)  # the K/V of every token computed before the last step
+
+
+@pytest.mark.parametrize("arch", ["phi3", "mixtral"])
+def test_phi3_and_mixtral_honour_their_window(tmp_path, arch):
+    cfg, ref = write_model(tmp_path, arch, sliding_window=8)  # transformers applies both configs' sliding_window
+    assert cfg.kv_window == 8
+    tokens, most, _ = run(tmp_path, num_kv_blocks=64)
+    assert tokens == ref and most <= 3
