@@ -93,10 +93,10 @@ class ModelRunner:
 
     def _prefill_segment(self, seq: Sequence, row: int, n: int) -> PrefillSegment:
         start, w = seq.num_computed, self.window
+        if start == 0 and (not w or n <= w):  # plain causal over the chunk itself
+            return PrefillSegment(row, row + n, 0)
         queries = torch.arange(start, start + n, device=self.device)[:, None]
         if start == 0:
-            if not w or n <= w:
-                return PrefillSegment(row, row + n, 0)
             keys = torch.arange(n, device=self.device)
             windowed = self._additive((keys <= queries) & (keys > queries - w))
             return PrefillSegment(row, row + n, 0, window_mask=windowed)
