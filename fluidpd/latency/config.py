@@ -25,6 +25,8 @@ class LatencyConfig:
     - allreduce_latency_s 8 us: fixed cost of one small all-reduce on NVLink at tp 2, growing with
       log2(tp) (tree and NVSwitch all-reduces take log2(tp) steps).
     - p2p_latency_s 10 us: fixed cost of one pipeline-stage activation send.
+    - alltoall_latency_s 10 us: fixed cost of one expert-parallel dispatch or combine on NVLink
+      (an estimate like the all-reduce's: every rank sends to every other at once, one step).
     - pp_stage_loss 0.02: time lost per extra pipeline stage (imbalance, per-stage launches), as a
       fraction of the step (the DistServe seed's worked example: 2% per extra stage).
     - grammar_mask_s 35 us: a structured-output row's token mask, filled on the host and applied to its
@@ -43,6 +45,7 @@ class LatencyConfig:
     tp_comm_efficiency: float = 0.8
     allreduce_latency_s: float = 8e-6
     p2p_latency_s: float = 10e-6
+    alltoall_latency_s: float = 10e-6
     overlap: float = 1.0
     pp_stage_loss: float = 0.02
     grammar_mask_s: float = GRAMMAR_MASK_S
@@ -56,7 +59,13 @@ class LatencyConfig:
             v = getattr(self, f)
             if not 0.0 < v <= 1.0:
                 raise ValueError(f"{f} must be in (0, 1], got {v}")
-        for f in ("step_overhead_s", "allreduce_latency_s", "p2p_latency_s", "grammar_mask_s"):
+        for f in (
+            "step_overhead_s",
+            "allreduce_latency_s",
+            "p2p_latency_s",
+            "alltoall_latency_s",
+            "grammar_mask_s",
+        ):
             v = getattr(self, f)
             if not v >= 0.0:
                 raise ValueError(f"{f} must be >= 0, got {v}")

@@ -189,10 +189,16 @@ def step_cv(jitter: dict) -> float:
 
 
 def latency_model(
-    model: ModelSpec, hw: HardwareSpec, tp: int = 1, pp: int = 1, config=None, pp_link_bw: float | None = None
+    model: ModelSpec,
+    hw: HardwareSpec,
+    tp: int = 1,
+    pp: int = 1,
+    config=None,
+    pp_link_bw: float | None = None,
+    ep: int = 1,
 ) -> RooflineModel:
     """The step-time model for `model` on `hw`: profiled where `hw` ships a host profile, else the roofline."""
     profile = shipped_profile(hw.name)
     if profile is not None:
-        return ProfiledModel(model, hw, profile, tp, pp, config=config, pp_link_bw=pp_link_bw)
-    return RooflineModel(model, hw, tp=tp, pp=pp, config=config, pp_link_bw=pp_link_bw)
+        return ProfiledModel(model, hw, profile, tp, pp, config=config, pp_link_bw=pp_link_bw, ep=ep)
+    return RooflineModel(model, hw, tp=tp, pp=pp, config=config, pp_link_bw=pp_link_bw, ep=ep)

@@ -25,6 +25,21 @@ class RooflineModel:
     all-reduces per layer; pipeline parallelism splits layers over `pp` stages and adds one
     activation send per stage boundary. The step overhead (scheduling, launches) is added once.
     Constants are precomputed so a call costs a handful of float operations.
+
+    A mixture of experts multiplies each token by its k experts (and the router); a step of T
+    tokens streams the dense weights and the experts it touches, E * (1 - (1 - k/E)^T) of E per
+    layer when each token picks k uniformly (k at batch 1, all of them at large batch). Expert
+    parallelism (`ep`, a divisor of tp): the attention stays TP'd over tp ranks and each of ep
+    ranks holds E/ep whole experts (split tp/ep ways further); per layer the MLP's all-reduce becomes
+    a dispatch and a combine all-to-all of the routed activations (T * k * hidden values each way,
+    (ep-1)/ep of them leaving their rank, the step's tokens spread evenly over the ep ranks' links),
+    plus an all-reduce over the tp/ep ranks of an expert when tp > ep. Per-rank expert weights
+    and FLOPs are the same as under TP: the ranks' load imbalance (a small batch's experts landing
+    unevenly) is not modelled.
+
+    Sliding windows: a windowed layer attends to at most `sliding_window` keys per query. The step
+    shape holds sums, so a windowed layer's pairs and reads are bounded by min(sum, count x window):
+    exact when every context is past the window (or none is), an upper bound otherwise.
     """
 
     def __init__(
@@ -35,13 +50,16 @@ class RooflineModel:
         pp: int = 1,
         config: LatencyConfig | None = None,
         pp_link_bw: float | None = None,
+        ep: int = 1,
     ) -> None:
         if tp < 1 or pp < 1 or int(tp) != tp or int(pp) != pp:
             raise ValueError(f"tp and pp must be positive integers, got tp={tp} pp={pp}")
         if pp > model.n_layers:
             raise ValueError(f"pp={pp} exceeds the model's {model.n_layers} layers")
+        _check_ep(model, int(tp), ep)
         c = config if config is not None else latency_config(hw.name)
         self.model, self.hw, self.tp, self.pp, self.config = model, hw, int(tp), int(pp), c
+        self.ep = int(ep)
         act_b = 4 if model.dtype == "fp32" else 2  # activations stay 16-bit under fp8 weights
         self._set_compute_costs(act_b)
         self._set_comm_costs(act_b, pp_link_bw)
@@ -54,35 +72,53 @@ class RooflineModel:
         model, hw, tp, c = self.model, self.hw, self.tp, self.config
         gemm_peak = hw.flops(model.dtype) * c.mfu  # ValueError for fp8 on A100
         attn_peak = hw.flops("fp32" if model.dtype == "fp32" else "bf16") * c.attn_efficiency
-        bw = hw.mem_bw * c.bw_efficiency
+        self._bw = bw = hw.mem_bw * c.bw_efficiency
         h, hd, nh, nkv = model.hidden, model.head_dim, model.n_heads, model.n_kv_heads
         L = model.n_layers
         # Fraction of heads one TP rank holds; KV heads are replicated when tp > n_kv_heads.
         q_share = math.ceil(nh / tp) / nh
         self.kv_share = math.ceil(nkv / tp) / nkv
 
-        layer_params = model.matmul_params - model.vocab * h
+        layer_params = model.matmul_params - model.vocab * h  # active experts only
         self._t_tok = 2 * layer_params / tp / gemm_peak  # s per token through all layers
         self._t_row = 2 * model.vocab * h / tp / gemm_peak  # s per LM-head row (vocab-parallel)
-        self._t_w = model.weight_bytes / tp / bw
+        self._t_w = (model.weight_bytes - model.expert_weight_bytes) / tp / bw  # read every step
+        self._t_experts = model.expert_weight_bytes / tp / bw  # all experts; a step reads those it touches
+        # the chance that one token's top k misses a given expert (0: dense, nothing to miss); the
+        # share a step of T tokens touches is 1 - missed^T (ModelSpec.experts_touched / E)
+        self._missed = 1.0 - model.experts_per_token / model.n_experts if model.n_experts else 0.0
         # GEMM input/output activations per layer and token: hidden-sized tensors are
-        # replicated on every TP rank, head- and intermediate-sized ones are split.
-        mlp_out = (2 if model.gated_mlp else 1) * model.intermediate
-        split = (nh + 2 * nkv) * hd + nh * hd + mlp_out + model.intermediate
-        self._t_act = L * (4 * h + split / tp) * act_b / bw
+        # replicated on every TP rank, head- and intermediate-sized ones are split; a token
+        # goes through k experts' MLPs (one dense MLP).
+        k = model.experts_per_token or 1
+        width = model.expert_width
+        mlp_out = (2 if model.gated_mlp else 1) * width
+        split = (nh + 2 * nkv) * hd + nh * hd + k * (mlp_out + width)
+        self._t_act = L * ((2 + 2 * k) * h + split / tp) * act_b / bw
         self._t_pair = model.attn_flops_per_pair * q_share / attn_peak
         self._t_kv = model.kv_bytes_per_token * self.kv_share / (hw.mem_bw * c.kv_bw_efficiency)
+        self._window = model.sliding_window
+        self._windowed = model.sliding_layers / L  # share of the layers (and of attention's cost) windowed
 
     def _set_comm_costs(self, act_b: int, pp_link_bw: float | None) -> None:
-        """TP all-reduce and PP send costs: seconds per token and fixed per step (0 without TP / PP)."""
-        hw, tp, pp, c = self.hw, self.tp, self.pp, self.config
+        """TP all-reduce, EP all-to-all and PP send costs: seconds per token and fixed per step (0 without them)."""
+        hw, tp, pp, ep, c = self.hw, self.tp, self.pp, self.ep, self.config
         h, L = self.model.hidden, self.model.n_layers
-        if tp > 1:
-            link = hw.nvlink_bw_unidir * c.tp_comm_efficiency
-            self._ar_tok = 2 * L * (2 * (tp - 1) / tp) * h * act_b / link
-            self._ar_fixed = 2 * L * math.ceil(math.log2(tp)) * c.allreduce_latency_s
-        else:
-            self._ar_tok = self._ar_fixed = 0.0
+        link = hw.nvlink_bw_unidir * c.tp_comm_efficiency
+
+        def all_reduce(ranks: int) -> tuple[float, float]:  # (s per token, s fixed) of one per layer
+            if ranks == 1:
+                return 0.0, 0.0
+            fixed = L * math.ceil(math.log2(ranks)) * c.allreduce_latency_s
+            return L * (2 * (ranks - 1) / ranks) * h * act_b / link, fixed
+
+        attn_tok, attn_fixed = all_reduce(tp)  # after attention
+        mlp_tok, mlp_fixed = all_reduce(tp // ep)  # after the MLP, over the ranks that split an expert
+        self._ar_tok, self._ar_fixed = attn_tok + mlp_tok, attn_fixed + mlp_fixed
+        if ep > 1:  # dispatch and combine: each rank sends its 1/ep of the tokens' k routed copies
+            routed = self.model.experts_per_token * h * act_b * (ep - 1) / ep
+            self._ar_tok += 2 * L * routed / ep / link
+            self._ar_fixed += 2 * L * c.alltoall_latency_s
         if pp > 1:
             self._pp_tok = h * act_b / (pp_link_bw or hw.nvlink_bw_unidir)
             self._pp_fixed = c.p2p_latency_s
@@ -90,12 +126,23 @@ class RooflineModel:
             self._pp_tok = self._pp_fixed = 0.0
 
     # --- step times ---------------------------------------------------------------------
+    def _weights_s(self, tok: int) -> float:
+        """Seconds one rank streams weights in a step of `tok` tokens: dense ones and touched experts."""
+        return self._t_w + self._t_experts * (1.0 - self._missed**tok)
+
     def _layers(self, s: StepShape, tok: int) -> float:
         """Per-rank time of all layers for a step of `tok` tokens (no overhead, no PP sends)."""
         dense_c = tok * self._t_tok + (s.prefill_seqs + s.decode_tokens) * self._t_row
-        dense_m = self._t_w + tok * self._t_act
-        attn_c = (s.prefill_attn_pairs + s.decode_ctx) * self._t_pair
-        attn_m = (s.prefill_kv_read + s.decode_ctx + tok) * self._t_kv
+        dense_m = self._weights_s(tok) + tok * self._t_act
+        pairs = s.prefill_attn_pairs + s.decode_ctx
+        reads: float = s.prefill_kv_read + s.decode_ctx
+        if self._window:
+            w, f = self._window, self._windowed
+            recent = min(s.decode_ctx, s.decode_tokens * w)
+            pairs -= f * (pairs - min(s.prefill_attn_pairs, s.prefill_tokens * w) - recent)
+            reads -= f * (reads - min(s.prefill_kv_read, s.prefill_seqs * w) - recent)
+        attn_c = pairs * self._t_pair
+        attn_m = (reads + tok) * self._t_kv
         k = self._exposed
         dense = dense_c + k * dense_m if dense_c > dense_m else dense_m + k * dense_c
         attn = attn_c + k * attn_m if attn_c > attn_m else attn_m + k * attn_c
@@ -131,9 +178,15 @@ class RooflineModel:
         return self.step_time(StepShape(decode_tokens=batch, decode_ctx=batch * ctx_per_seq))
 
     # --- sizes and transfers --------------------------------------------------------------
+    def weight_bytes_read(self, tokens: int) -> float:
+        """Weight bytes one rank streams in a step of `tokens` tokens: the dense weights and the
+        experts those tokens touch (all weights of a dense model)."""
+        return self._weights_s(tokens) * self._bw
+
     def kv_bytes(self, tokens: int) -> int:
-        """KV cache of `tokens` tokens across all layers and heads (what a P->D handoff moves)."""
-        return tokens * self.model.kv_bytes_per_token
+        """KV cache of one sequence's `tokens` tokens across all layers and heads (what a P->D
+        handoff moves; a windowed layer's at most its window)."""
+        return self.model.kv_bytes(tokens)
 
     @staticmethod
     def kv_transfer_time(nbytes: float, link_bw: float, cap_fraction: float = 1.0) -> float:
@@ -166,6 +219,8 @@ class RooflineModel:
         free = total * (1.0 - scratch_fraction) - scratch_bytes - weights
         if free <= 0:
             raise ValueError(f"no memory left for KV cache after weights and {total - free - weights:.3g} B scratch")
+        # every layer's KV per token, windowed ones too (the paged blocks hold them all): a
+        # conservative count for a sliding-window model, whose long sequences need less
         per_token = self.model.kv_bytes_per_token * self.kv_share * self.tp  # replicated KV heads
         return int(free // per_token)
 
@@ -180,3 +235,13 @@ class RooflineModel:
         if block_size < 1:
             raise ValueError("block_size must be >= 1")
         return self.capacity_kv_tokens(scratch_fraction, scratch_bytes) // block_size
+
+
+def _check_ep(model: ModelSpec, tp: int, ep: int) -> None:
+    """ep: a positive divisor of tp and of a mixture's experts (1 for a dense model)."""
+    if ep < 1 or int(ep) != ep or tp % ep:
+        raise ValueError(f"ep must be a positive divisor of tp={tp}, got {ep}")
+    if ep > 1 and not model.n_experts:
+        raise ValueError(f"ep={ep} splits experts, and {model.name} has none")
+    if model.n_experts % ep:
+        raise ValueError(f"{model.name}'s {model.n_experts} experts do not split evenly over ep={ep}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,9 +56,12 @@ class SimCluster(World):
         metrics: MetricsCollector,
         config: SimConfig,
         nodes: Sequence[int] | None = None,
+        kv_bytes: Callable[[int], float] | None = None,
     ):
         """`step_time` (and `kv_blocks`) may be one for all workers or one per worker (a deployment
-        of different instances); `nodes` overrides the node of each worker."""
+        of different instances); `nodes` overrides the node of each worker; `kv_bytes(tokens)`: the
+        bytes of a sequence's last `tokens` tokens of KV, what a move sends (default: tokens x
+        kv_bytes_per_token; a sliding-window model's windowed layers send at most their window)."""
         node_of = config.node_of if nodes is None else nodes.__getitem__
         super().__init__(
             policy,
@@ -71,6 +74,8 @@ class SimCluster(World):
             EventLoop(),
         )
         self.trace, self.config, self.network = trace, config, network
+        self._kv_bytes = kv_bytes or super().kv_bytes
+        self._kv_bytes_moved = 0.0
         self.step_times = list(step_time) if isinstance(step_time, Sequence) else [step_time] * config.n_workers
         self.prefill_kv_fraction = config.prefill_kv_fraction
         self.hold_first_token = config.hold_first_token
@@ -225,13 +230,26 @@ class SimCluster(World):
     def transfer(
         self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg, skip_blocks: int = 0
     ) -> None:
-        now, nbytes, c = self.loop.now, tokens * self.kv_bytes_per_token, self.config
+        now, nbytes, c = self.loop.now, self.kv_bytes(tokens), self.config
         end = self.network.schedule(now, nbytes, src.node, dst.node, dst.id, cls)
         if c.kv_export_share or c.kv_import_share:  # the export, then the import (the destination's)
             copy_s = self.network.link_s(nbytes, src.node, dst.node)
             exported = self._copy(src, now, c.kv_export_share * copy_s)
             self._copy(dst, now + c.kv_export_share * copy_s if exported else now, c.kv_import_share * copy_s)
         self.loop.at(end, EventKind.TRANSFER_END, done, arg)
+
+    def kv_bytes(self, tokens: int) -> float:
+        return self._kv_bytes(tokens)
+
+    def move_kv(self, req: Request, src: WorkerState, dst: WorkerState, need: int, cls: str, done) -> None:
+        moved = self.kv_tokens_moved
+        super().move_kv(req, src, dst, need, cls, done)
+        self._kv_bytes_moved += self.kv_bytes(self.kv_tokens_moved - moved)
+
+    @property
+    def kv_bytes_moved(self) -> float:
+        """KV bytes hand-offs and migrations sent between workers (`kv_bytes` of each move)."""
+        return self._kv_bytes_moved
 
     def _copy(self, w: WorkerState, start_s: float, seconds: float) -> bool:
         """Book `seconds` of KV copying on `w` from `start_s` (after its copies already booked)."""

@@ -14,6 +14,7 @@ class SimConfig:
 
     n_workers: int = knob(8, "engine instances", flag="--workers")
     tp: int = knob(1, "GPUs per worker (tensor parallel)")
+    ep: int = knob(1, "of a worker's tp GPUs, how many split a mixture's experts (expert parallel; divides tp)")
     gpus_per_node: int = knob(8, "GPUs per node (KV crosses the NIC between nodes)")
     # the node of each worker where a measured placement says (a Ray cluster's bundles); empty:
     # workers fill nodes of `gpus_per_node` GPUs in order
@@ -68,6 +69,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.n_workers < 1 or self.tp < 1 or self.gpus_per_node < 1:
             raise ValueError("workers, tp and gpus_per_node must be >= 1")
+        if self.ep < 1 or self.tp % self.ep:
+            raise ValueError(f"ep must be a positive divisor of tp={self.tp}, got {self.ep}")
         if self.worker_nodes and len(self.worker_nodes) != self.n_workers:
             raise ValueError(f"worker_nodes names {len(self.worker_nodes)} nodes for {self.n_workers} workers")
         if self.block_size < 1:

@@ -114,6 +114,7 @@ def simulate_deployment(
         MetricsCollector(slo, finished=[] if keep_requests else None),
         sim,
         nodes=[node for _, _, node in lanes],
+        kv_bytes=model.kv_bytes,
     )
     return run_cluster(cluster, policy_name)
 

@@ -38,7 +38,7 @@ class Setup:
 
     def roofline(self) -> RooflineModel:
         """The step-time model: the host profile's fit where the hardware has one, else the roofline."""
-        return latency_model(self.model, self.hardware, tp=self.sim.tp, config=self.latency)
+        return latency_model(self.model, self.hardware, tp=self.sim.tp, config=self.latency, ep=self.sim.ep)
 
     def kv_blocks(self, roofline: RooflineModel) -> int:
         s = self.sim
@@ -118,6 +118,7 @@ def simulate(
         setup.network(),
         metrics,
         roofline.sim_config(setup.sim),
+        kv_bytes=setup.model.kv_bytes,
     )
     return run_cluster(cluster, policy_name, progress, before_run)
 

@@ -25,7 +25,6 @@ class Handoff:
         tracer: RequestTracer | None
         parked_handoffs: deque
         hold_first_token: bool
-        kv_bytes_per_token: float
         kv_tokens_moved: int
 
         @property
@@ -33,6 +32,7 @@ class Handoff:
         def schedule(self, w: WorkerState) -> None: ...
         def finish(self, req: Request) -> None: ...
         def reject(self, req: Request) -> None: ...
+        def kv_bytes(self, tokens: int) -> float: ...
         def transfer(
             self, req, src: WorkerState, dst: WorkerState, tokens: int, cls: str, done, arg, skip_blocks: int = 0
         ) -> None: ...
@@ -104,7 +104,7 @@ class Handoff:
         tokens = WorkerState.stored(req) - skip * dst.block_size
         self.kv_tokens_moved += tokens
         if self.tracer:
-            self.tracer.transfer_started(req, src, dst, tokens, tokens * self.kv_bytes_per_token, cls, self.loop.now)
+            self.tracer.transfer_started(req, src, dst, tokens, self.kv_bytes(tokens), cls, self.loop.now)
         self.transfer(req, src, dst, tokens, cls, done, (req, src, dst), skip)
 
     def _pulled(self, arg: tuple[Request, WorkerState, WorkerState]) -> None:

@@ -70,6 +70,10 @@ class World(Handoff, Failures, Elastic, Recovery):
         """KV bytes hand-offs and migrations sent between workers."""
         return self.kv_tokens_moved * self.kv_bytes_per_token
 
+    def kv_bytes(self, tokens: int) -> float:
+        """Bytes of a sequence's last `tokens` tokens of KV, what a move sends."""
+        return tokens * self.kv_bytes_per_token
+
     def active(self) -> bool:
         """Whether periodic events (control ticks, samples) keep running."""
         return True

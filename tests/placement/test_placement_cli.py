@@ -109,3 +109,12 @@ def test_bad_input_is_a_clear_error(args, message):
     assert p.returncode == 2
     assert message in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_places_a_mixture_of_experts(tmp_path):
+    out = tmp_path / "moe.json"
+    p = fluidpd(*PLACE, "--model", "qwen3-30b-a3b", "--rate", "6", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "qwen3-30b-a3b bf16 on 1 x 2 h100" in p.stdout
+    data = json.loads(out.read_text())
+    assert data["prefill"]["goodput_rps"] > 0 and data["decode"]["goodput_rps"] > 0

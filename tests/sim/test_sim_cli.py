@@ -182,3 +182,18 @@ def test_samples_and_constrained_shape_the_trace(tmp_path):
     assert rows[4]["throughput_tok_s"] > 2.5 * rows[1]["throughput_tok_s"]  # 4 sequences decode per request
     bad = fluidpd(*BASE, "--trace", "azure_conv", "--duration", "60", "--policy", "colocated", "--constrained", "2")
     assert bad.returncode == 2 and "constrained" in bad.stderr
+
+
+def test_a_mixture_of_experts_with_expert_parallel_workers(tmp_path):
+    out = tmp_path / "moe.json"
+    moe = ["--model", "qwen3-30b-a3b", "--gpu", "h100", "--ttft-slo", "2", "--tbt-slo", "0.05", "--trace", "azure_code"]
+    run = ["--duration", "60", "--policy", "static-pd,fluidpd", "--prefill-workers", "1", "--out", str(out)]
+    p = fluidpd("simulate", *moe, *run, "--workers", "2", "--tp", "2", "--ep", "2")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(out.read_text())
+    assert [r["policy"] for r in rows] == ["static-pd", "fluidpd"]
+    assert all(r["completed"] == r["requests"] > 20 for r in rows)
+    bad = fluidpd("simulate", *moe, *run, "--workers", "2", "--tp", "2", "--ep", "4")
+    assert bad.returncode == 2 and "ep must be a positive divisor of tp=2" in bad.stderr
+    big = fluidpd("simulate", *moe[2:], "--model", "qwen3-235b-a22b", "--dtype", "fp8", *run)
+    assert big.returncode == 2 and "qwen3-235b-a22b weights (235.1 GB) do not fit in 1 x h100" in big.stderr

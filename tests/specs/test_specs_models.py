@@ -17,6 +17,13 @@ def test_catalog_names():
         "opt-175b",
         "qwen2.5-7b",
         "smollm2-135m",
+        "llama-3.1-70b",
+        "qwen3-8b",
+        "qwen3-32b",
+        "qwen3-30b-a3b",
+        "qwen3-235b-a22b",
+        "mixtral-8x7b",
+        "gemma-3-27b",
     }
     assert DTYPES == ("fp32", "bf16", "fp16", "fp8")
 
@@ -31,6 +38,10 @@ def test_catalog_names():
         ("opt-175b", 175e9),
         ("qwen2.5-7b", 7.6e9),
         ("smollm2-135m", 134.5e6),
+        ("qwen3-30b-a3b", 30.5e9),
+        ("qwen3-235b-a22b", 235e9),
+        ("mixtral-8x7b", 46.7e9),
+        ("gemma-3-27b", 27.0e9),  # the text model (27.4B with the vision tower)
     ],
 )
 def test_param_counts_within_1pct(name, expected):
@@ -43,6 +54,12 @@ def test_param_counts_exact_against_published_checkpoints():
     assert get_model("llama-3.3-70b").params == 70_553_706_496
     assert get_model("qwen2.5-7b").params == 7_615_616_512
     assert get_model("smollm2-135m").params == 134_515_008
+    assert get_model("llama-3.1-70b").params == 70_553_706_496
+    assert get_model("qwen3-8b").params == 8_190_735_360
+    assert get_model("qwen3-32b").params == 32_762_123_264
+    assert get_model("qwen3-30b-a3b").params == 30_532_122_624
+    assert get_model("qwen3-235b-a22b").params == 235_093_634_560
+    assert get_model("mixtral-8x7b").params == 46_702_792_704
 
 
 def test_smollm2_shape():

@@ -81,10 +81,10 @@ WORKLOADS = {
 }
 
 
-def setup(prefill_workers: int = BASELINE_SPLIT, seed: int = 0, **policy) -> Setup:
-    """The evaluation cluster with a given static split (and PolicyConfig overrides)."""
+def setup(prefill_workers: int = BASELINE_SPLIT, seed: int = 0, model: str = MODEL, **policy) -> Setup:
+    """The evaluation cluster of `model` with a given static split (and PolicyConfig overrides)."""
     return Setup(
-        get_model(MODEL, DTYPE),
+        get_model(model, DTYPE),
         get_hardware(GPU),
         SLO,
         SimConfig(n_workers=N_WORKERS, step_jitter_cv=JITTER_CV, seed=seed),
@@ -92,10 +92,22 @@ def setup(prefill_workers: int = BASELINE_SPLIT, seed: int = 0, **policy) -> Set
     )
 
 
-def ttft_justification() -> dict:
+def check_fits(model: str) -> None:
+    """A ValueError saying why, unless `model` fits one worker of the cluster (one GPU, no TP)."""
+    s = setup(model=model)
+    try:
+        s.kv_blocks(s.roofline())
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc}: the experiments run one {model} {DTYPE} worker per GPU ({N_WORKERS} x {GPU}, no tensor "
+            f"or expert parallelism); `fluidpd simulate --tp N --ep N` simulates larger workers"
+        ) from None
+
+
+def ttft_justification(model: str = MODEL) -> dict:
     """The p99 azure_code prompt and its prefill time alone on one worker (latency model)."""
     p99 = int(np.percentile(load_trace("azure_code").prompt_len, 99))
-    t = setup().roofline().prefill_time(p99)
+    t = setup(model=model).roofline().prefill_time(p99)
     return {
         "p99_prompt_tokens": p99,
         "prefill_alone_s": t,
@@ -118,25 +130,24 @@ def headline_of(wl: Workload, scales: tuple[float, ...]) -> float:
     return min(scales, key=lambda s: (abs(math.log(s / wl.headline)), s))
 
 
-def tune_on_history(history: Trace, placement: str, seed: int, tick=None) -> dict:
+def tune_on_history(history: Trace, placement: str, seed: int, tick=None, model: str = MODEL) -> dict:
     """What the deployable systems get tuned on: the distserve split, chunked's budget and chunked
     late-last's (searched under its own order), each the best by joint attainment on the history
     window (ties: the middle of the best)."""
     from fluidpd.placement.plan import best_chunk_budget, fixed_split, split_of
     from fluidpd.placement.result import load_placement
 
+    base = setup(BASELINE_SPLIT, seed, model)
     if placement == "auto":
-        k, scores = fixed_split(history, setup(BASELINE_SPLIT, seed))
+        k, scores = fixed_split(history, base)
     else:
         k, scores = split_of(load_placement(placement), N_WORKERS), {}
     if tick:
         tick(len(SPLITS))
-    budget, chunked = best_chunk_budget(history, setup(BASELINE_SPLIT, seed), CHUNK_BUDGETS)
+    budget, chunked = best_chunk_budget(history, base, CHUNK_BUDGETS)
     if tick:
         tick(len(CHUNK_BUDGETS))
-    late, late_scores = best_chunk_budget(
-        history, setup(BASELINE_SPLIT, seed), CHUNK_BUDGETS, policy="chunked-late-last"
-    )
+    late, late_scores = best_chunk_budget(history, base, CHUNK_BUDGETS, policy="chunked-late-last")
     if tick:
         tick(len(CHUNK_BUDGETS))
     return {

@@ -36,12 +36,13 @@ import argparse
 import time
 from pathlib import Path
 
-from fluidpd.bench.experiments.common import WORKLOADS
+from fluidpd.bench.experiments.common import MODEL, WORKLOADS, check_fits
 from fluidpd.bench.experiments.output import make_console, write_json
 from fluidpd.bench.experiments.table1.figures import write_figures
 from fluidpd.bench.experiments.table1.report import print_results, print_setting
 from fluidpd.bench.experiments.table1.run import run_table1
 from fluidpd.core.argtypes import names_of, positive
+from fluidpd.specs.models import MODEL_NAMES
 
 HELP = "SLO attainment, P99 TTFT and TBT of nine systems on three workloads"
 
@@ -50,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="two rate scales per workload, 300 s windows, no goodput")
     p.add_argument("--out", type=Path, default=Path("results/table1"), help="directory for table1.json and PNGs")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default=MODEL, choices=MODEL_NAMES, help=f"one worker's model (default: {MODEL})")
     p.add_argument("--workloads", type=names_of(WORKLOADS), default=None, help=f"subset of {', '.join(WORKLOADS)}")
     p.add_argument("--scales", type=_scales, default=None, help="rate scales for every workload (overrides)")
     p.add_argument("--window", type=positive(float), default=None, help="seconds of each trace (overrides)")
@@ -64,8 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
+    check_fits(args.model)
     console = make_console()
-    print_setting(console)
+    print_setting(console, args.model)
     results, kept = run_table1(
         args.workloads,
         quick=args.quick,
@@ -74,6 +77,7 @@ def main(args: argparse.Namespace) -> int:
         seed=args.seed,
         goodput=False if args.no_goodput else None,
         placement=args.placement,
+        model=args.model,
     )
     print_results(console, results)
     json_path = write_json(results, args.out / "table1.json")

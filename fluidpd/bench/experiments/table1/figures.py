@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fluidpd.bench.experiments.common import DTYPE, GPU, MODEL, N_WORKERS, SLO
+from fluidpd.bench.experiments.common import DTYPE, GPU, N_WORKERS, SLO
 from fluidpd.bench.experiments.envelope import EnvelopePoint, envelope_plot
 from fluidpd.bench.experiments.plots import attainment_vs_rate, fluid_timeline
 from fluidpd.bench.experiments.table1.run import SYSTEMS
 from fluidpd.bench.plots import bars_plot
 
-SETTING = f"{N_WORKERS} x {GPU} {MODEL} {DTYPE}, SLO TTFT {SLO.ttft_s:g} s, TBT {SLO.tbt_s * 1e3:g} ms"
+
+def setting_line(results: dict) -> str:
+    """The cluster, model and SLOs of a Table 1 run, for the figures' titles."""
+    model = results["setting"]["model"]
+    return f"{N_WORKERS} x {GPU} {model} {DTYPE}, SLO TTFT {SLO.ttft_s:g} s, TBT {SLO.tbt_s * 1e3:g} ms"
 
 
 def write_figures(results: dict, kept: dict, directory: Path) -> list[Path]:
@@ -19,10 +23,11 @@ def write_figures(results: dict, kept: dict, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = [headline_bars(results, directory / "headline.png")]
     points = [EnvelopePoint.from_json(p) for p in results["envelope"]]
-    title = f"fluidpd against the best other system at every workload and rate (no oracle)\n{SETTING}"
+    title = f"fluidpd against the best other system at every workload and rate (no oracle)\n{setting_line(results)}"
     paths.append(envelope_plot(points, directory / "envelope.png", title))
     for name, entry in results["workloads"].items():
-        paths.append(_attainment_curves(name, entry, directory / f"attainment_vs_rate_{name}.png"))
+        path = directory / f"attainment_vs_rate_{name}.png"
+        paths.append(_attainment_curves(name, entry, path, setting_line(results)))
     for name, entry in results["workloads"].items():
         res = kept.get(f"timeline_{name}_fluidpd")
         if res is not None:
@@ -37,18 +42,18 @@ def headline_bars(results: dict, path: Path) -> Path:
         for name, rows in results["table1"].items()
     }
     ylabel = f"joint SLO attainment (%): TTFT <= {SLO.ttft_s:g} s, TBT <= {SLO.tbt_s * 1e3:g} ms"
-    title = f"Table 1 at the headline rates: {N_WORKERS} x {GPU}, {MODEL} {DTYPE}"
+    title = f"Table 1 at the headline rates: {N_WORKERS} x {GPU}, {results['setting']['model']} {DTYPE}"
     return bars_plot(groups, ylabel, path, title, figsize=(8, 4.5), legend_below=True)
 
 
-def _attainment_curves(name: str, entry: dict, path: Path) -> Path:
+def _attainment_curves(name: str, entry: dict, path: Path, setting: str) -> Path:
     runs = [entry["runs"][f"{x:g}"] for x in entry["scales"]]
     curves = {s: (entry["scales"], [r["systems"][s]["attainment"] for r in runs]) for s in SYSTEMS}
     notes = {"static-pd best": [r["best_split"] for r in runs]}
     xlabel = (
         "load multiplier of the surge and wave rates" if name == "phase_shift" else "rate scale (time compressed by x)"
     )
-    return attainment_vs_rate(curves, path, f"{entry['about']}: {SETTING}", xlabel, notes)
+    return attainment_vs_rate(curves, path, f"{entry['about']}: {setting}", xlabel, notes)
 
 
 def _timeline(name: str, entry: dict, res, path: Path) -> Path:

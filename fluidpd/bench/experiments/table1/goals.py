@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from fluidpd.bench.experiments.common import (
     BASELINE_SPLIT,
+    MODEL,
     SPLITS,
     WORKLOADS,
     headline_of,
@@ -37,6 +38,7 @@ class Attainment:
     seed: int
     cache: dict
     bar: tqdm
+    model: str = MODEL
 
     def of(self, policy: str, knob: int) -> Callable[[float], float]:
         """Attainment as a function of the rate scale; `knob`: the split, or a chunked policy's budget."""
@@ -47,15 +49,19 @@ class Attainment:
         key = (wl.name, policy, knob, x)
         if key not in self.cache:
             self.bar.set_postfix_str(f"{policy} {knob} x{x:.3g}", refresh=False)
-            chunked = policy in ("chunked", "chunked-late-last")
-            s = setup(BASELINE_SPLIT, self.seed, chunk_budget=knob) if chunked else setup(knob, self.seed)
+            if policy in ("chunked", "chunked-late-last"):
+                s = setup(BASELINE_SPLIT, self.seed, self.model, chunk_budget=knob)
+            else:
+                s = setup(knob, self.seed, self.model)
             trace = wl.trace(x, self.window_s, self.seed, wl.start(self.window_s))
             self.cache[key] = run_instrumented(trace, policy, s).summary["attainment"]
             self.bar.update(1)
         return self.cache[key]
 
 
-def goodput_search(plan: dict, window: float, seed: int, cache: dict, progress: bool, results: dict) -> dict:
+def goodput_search(
+    plan: dict, window: float, seed: int, cache: dict, progress: bool, results: dict, model: str = MODEL
+) -> dict:
     """Highest azure_code rate scale with >= 90% joint attainment: fluidpd, distserve, chunked and
     chunked late-last as tuned on the headline's history, and every static split (the best of them:
     the oracle)."""
@@ -63,7 +69,7 @@ def goodput_search(plan: dict, window: float, seed: int, cache: dict, progress: 
     tuned = results["workloads"]["azure_code"]["runs"][f"{head:g}"]["tuned_on_history"]
     k, budget, late = tuned["split"], tuned["chunk_budget"], tuned["chunk_budget_late_last"]
     bar = tqdm(desc="goodput", unit="run", file=sys.stderr, disable=not progress, mininterval=0.5)
-    attainment = Attainment(window, seed, cache, bar)
+    attainment = Attainment(window, seed, cache, bar, model)
     t0 = time.perf_counter()
     kw = {"target": GOODPUT_TARGET, "start": head, "iters": 6}
     fluid = goodput_rate_scale(attainment.of("fluidpd", k), **kw)

@@ -24,10 +24,10 @@ HEADLINE_COLUMNS = (
 )
 
 
-def print_setting(console: Console) -> None:
-    just = ttft_justification()
+def print_setting(console: Console, model: str = MODEL) -> None:
+    just = ttft_justification(model)
     console.print(
-        f"[bold]Table 1 setting[/]: {N_WORKERS} x {GPU} (one worker per GPU), {MODEL} {DTYPE}, "
+        f"[bold]Table 1 setting[/]: {N_WORKERS} x {GPU} (one worker per GPU), {model} {DTYPE}, "
         f"step jitter CV {JITTER_CV}, SLO TTFT {SLO.ttft_s:g} s, TBT {SLO.tbt_s * 1e3:g} ms"
     )
     console.print(

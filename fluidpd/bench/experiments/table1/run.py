@@ -35,7 +35,6 @@ from fluidpd.bench.experiments.table1.goals import check_goals, envelope, goodpu
 from fluidpd.bench.simrun import run_system
 from fluidpd.sim.config import SimConfig
 from fluidpd.sim.run import Setup
-from fluidpd.specs.models import get_model
 from fluidpd.workload.trace import Trace
 
 SYSTEMS = (
@@ -72,6 +71,7 @@ def run_table1(
     goodput: bool | None = None,
     progress: bool = True,
     placement: str = "auto",
+    model: str = MODEL,
 ) -> tuple[dict, dict]:
     """Every system on every workload and rate scale. Returns (JSON-ready results, kept objects for
     plots: the fluidpd runs at the headline scale under "timeline_<workload>").
@@ -81,17 +81,17 @@ def run_table1(
     distserve split (`placement` "auto": every static split simulated on the history, the best
     kept; or a `fluidpd place` JSON) and the token budgets of chunked and chunked late-last (each
     searched under its own queue order). Only "static-pd best" looks at the
-    evaluated window (every split tried on it): the oracle."""
+    evaluated window (every split tried on it): the oracle. `model`: one worker's model (at DTYPE)."""
     names = _checked(workloads, scales)
     window = window_s or (QUICK_WINDOW_S if quick else FULL_WINDOW_S)
     if not window > 0:
         raise ValueError("window must be > 0")
     goodput = (not quick) if goodput is None else goodput
     plan = {n: tuple(sorted(scales or (WORKLOADS[n].quick_scales if quick else WORKLOADS[n].scales))) for n in names}
-    results: dict = {"setting": setting(window, seed, quick), "workloads": {}, "table1": {}}
+    results: dict = {"setting": setting(window, seed, quick, model), "workloads": {}, "table1": {}}
     t_start = time.perf_counter()
     bar = tqdm(total=_runs(plan), desc="table1", unit="run", file=sys.stderr, disable=not progress, mininterval=0.5)
-    state = Table1Run(window, seed, placement, bar)
+    state = Table1Run(window, seed, placement, bar, model)
     for name in names:
         entry = state.workload(WORKLOADS[name], plan[name])
         results["workloads"][name] = entry
@@ -99,7 +99,7 @@ def run_table1(
         results["table1"][name] = [shown[s] for s in SYSTEMS]
     bar.close()
     results["goodput"] = (
-        goodput_search(plan, window, seed, state.cache, progress, results)
+        goodput_search(plan, window, seed, state.cache, progress, results, model)
         if goodput and "azure_code" in names
         else None
     )
@@ -145,6 +145,7 @@ class Table1Run:
     seed: int
     placement: str
     bar: tqdm
+    model: str = MODEL
     kept: dict = field(default_factory=dict)
     cache: dict = field(default_factory=dict)  # (workload, policy, knob, scale) -> attainment, for the goodput
 
@@ -170,12 +171,12 @@ class Table1Run:
         """Tuning on the history, then every static split and every system on the evaluated window."""
         self.bar.set_postfix_str(f"{wl.name} x{x:g} tuning on history", refresh=False)
         history = wl.history(x, self.window_s, self.seed)
-        tuned = tune_on_history(history, self.placement, self.seed, self.bar.update)
+        tuned = tune_on_history(history, self.placement, self.seed, self.bar.update, self.model)
         trace = wl.trace(x, self.window_s, self.seed, wl.start(self.window_s))
         if len(trace) == 0:
             raise ValueError(f"{wl.name} x{x:g}: the {self.window_s:g} s window holds no requests")
         point = Point(wl, x, trace, history, headline)
-        splits = {j: self._run(point, f"static-pd {split_label(j)}", "static-pd", setup(j, self.seed)) for j in SPLITS}
+        splits = {j: self._run(point, f"static-pd {split_label(j)}", "static-pd", self._setup(j)) for j in SPLITS}
         for j, r in splits.items():
             self.cache[(wl.name, "static-pd", j, x)] = r["attainment"]
         best = best_split(splits)
@@ -193,25 +194,26 @@ class Table1Run:
         }
 
     def _systems(self, p: Point, splits: dict[int, dict], best: int, tuned: dict) -> dict[str, dict]:
-        k, seed = tuned["split"], self.seed
+        k, base = tuned["split"], BASELINE_SPLIT
         return {
-            "colocated": self._run(p, "colocated", "colocated", setup(BASELINE_SPLIT, seed)),
-            "chunked": self._run(
-                p, "chunked", "chunked", setup(BASELINE_SPLIT, seed, chunk_budget=tuned["chunk_budget"])
-            ),
+            "colocated": self._run(p, "colocated", "colocated", self._setup(base)),
+            "chunked": self._run(p, "chunked", "chunked", self._setup(base, chunk_budget=tuned["chunk_budget"])),
             "chunked late-last": self._run(
                 p,
                 "chunked late-last",
                 "chunked-late-last",
-                setup(BASELINE_SPLIT, seed, chunk_budget=tuned["chunk_budget_late_last"]),
+                self._setup(base, chunk_budget=tuned["chunk_budget_late_last"]),
             ),
             "static-pd 2P:6D": splits[BASELINE_SPLIT],
-            "distserve": self._run(p, "distserve", "distserve", setup(k, seed), replan="restart"),
-            "autoscaler": self._run(p, "autoscaler", "distserve", setup(k, seed), replan="autoscaler"),
+            "distserve": self._run(p, "distserve", "distserve", self._setup(k), replan="restart"),
+            "autoscaler": self._run(p, "autoscaler", "distserve", self._setup(k), replan="autoscaler"),
             "static-pd best": {**splits[best], "system": "static-pd best"},
-            "fluidtoken": self._run(p, "fluidtoken", "fluidtoken", setup(k, seed)),
-            "fluidpd": self._run(p, "fluidpd", "fluidpd", setup(k, seed)),
+            "fluidtoken": self._run(p, "fluidtoken", "fluidtoken", self._setup(k)),
+            "fluidpd": self._run(p, "fluidpd", "fluidpd", self._setup(k)),
         }
+
+    def _setup(self, prefill_workers: int, **policy) -> Setup:
+        return setup(prefill_workers, self.seed, self.model, **policy)
 
     def _run(self, p: Point, system: str, policy: str, base: Setup, **kw) -> dict:
         self.bar.set_postfix_str(f"{p.wl.name} x{p.scale:g} {system}", refresh=False)
@@ -222,10 +224,11 @@ class Table1Run:
         return row(res, system, base.policy.prefill_workers, p.trace, p.wl, self.window_s)
 
 
-def setting(window: float, seed: int, quick: bool) -> dict:
+def setting(window: float, seed: int, quick: bool, model: str = MODEL) -> dict:
     """Table 1's setting, as its JSON records it."""
+    base = setup(model=model)
     return {
-        "model": MODEL,
+        "model": model,
         "dtype": DTYPE,
         "gpu": GPU,
         "workers": N_WORKERS,
@@ -233,9 +236,9 @@ def setting(window: float, seed: int, quick: bool) -> dict:
         "jitter_cv": JITTER_CV,
         "slo_ttft_s": SLO.ttft_s,
         "slo_tbt_s": SLO.tbt_s,
-        "weight_bytes": get_model(MODEL, DTYPE).weight_bytes,
-        "kv_tokens_per_worker": setup().kv_blocks(setup().roofline()) * SimConfig().block_size,
-        "ttft_justification": ttft_justification(),
+        "weight_bytes": base.model.weight_bytes,
+        "kv_tokens_per_worker": base.kv_blocks(base.roofline()) * SimConfig().block_size,
+        "ttft_justification": ttft_justification(model),
         "window_s": window,
         "seed": seed,
         "quick": quick,
