@@ -79,8 +79,8 @@ class DecoderLayer:
 
     def nbytes(self) -> int:
         norms = tensor_bytes(self.input_norm, self.post_norm, *(self.qk_norms or ()), *(self.sandwich or ()))
-        router = tensor_bytes(self.moe.router) if self.moe is not None else 0
-        return norms + router + sum(lin.nbytes for lin in self.linears)
+        mlp = self.moe.nbytes() if self.moe is not None else self.gate_up.nbytes + self.down.nbytes
+        return norms + self.qkv.nbytes + self.o.nbytes + mlp
 
     def to(self, device: torch.device) -> None:
         self.input_norm, self.post_norm = self.input_norm.to(device), self.post_norm.to(device)
@@ -88,10 +88,10 @@ class DecoderLayer:
             self.qk_norms = (self.qk_norms[0].to(device), self.qk_norms[1].to(device))
         if self.sandwich:
             self.sandwich = (self.sandwich[0].to(device), self.sandwich[1].to(device))
-        for lin in self.linears:
+        for lin in (self.qkv, self.o) if self.moe is not None else self.linears:
             lin.to(device)
         if self.moe is not None:
-            self.moe.router = self.moe.router.to(device)
+            self.moe.to(device)
 
     def forward(
         self, x: torch.Tensor, res: torch.Tensor | None, st: OpsStep, meta: AttentionMetadata, layer: int

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from fluidpd.engine.linear import Linear
+from fluidpd.engine.linear import Linear, tensor_bytes
 from fluidpd.engine.model_config import ModelConfig
 
 # checkpoint names per architecture: (router, one expert's prefix, its gate / up / down projections)
@@ -48,6 +48,15 @@ class SparseMoE:
     @property
     def linears(self) -> list[Linear]:
         return [lin for pair in self.experts for lin in pair]
+
+    def nbytes(self) -> int:
+        """The router's and every expert's weights."""
+        return tensor_bytes(self.router) + sum(lin.nbytes for lin in self.linears)
+
+    def to(self, device: torch.device) -> None:
+        self.router = self.router.to(device)
+        for lin in self.linears:
+            lin.to(device)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         probs = F.softmax(F.linear(x, self.router).float(), dim=-1)
