@@ -16,6 +16,9 @@ from fluidpd.engine.moe import moe_tensor_names
 
 __all__ = ["DUMMY_PRESETS", "dummy_config", "load_dummy", "random_tensors", "tiny_config"]
 
+_GEMMA = dict(
+    head_dim=32, tie_word_embeddings=True, sliding_window=8, layer_types=(SLIDING, FULL), query_pre_attn_scalar=24
+)
 TINY_QUIRKS: dict[str, dict[str, Any]] = {  # what each architecture's real configs do that the base shape does not
     "mixtral": dict(num_experts=4, num_experts_per_tok=2, rope_theta=1e6),
     "qwen3_moe": dict(
@@ -24,25 +27,8 @@ TINY_QUIRKS: dict[str, dict[str, Any]] = {  # what each architecture's real conf
     "qwen3": dict(head_dim=32, rope_theta=1e6),  # head_dim independent of hidden / heads
     "qwen2": dict(attention_bias=True, rope_theta=1e6),
     # windows of 8 tokens (a prompt of the tests outgrows them), scale and caps where they change the result
-    "gemma2": dict(
-        head_dim=32,
-        tie_word_embeddings=True,
-        sliding_window=8,
-        layer_types=(SLIDING, FULL),
-        query_pre_attn_scalar=24,
-        attn_logit_softcapping=0.2,
-        final_logit_softcapping=1.0,
-    ),
-    "gemma3": dict(
-        head_dim=32,
-        tie_word_embeddings=True,
-        sliding_window=8,
-        layer_types=(SLIDING, FULL),
-        query_pre_attn_scalar=24,
-        rope_theta=1e6,
-        rope_scaling={"rope_type": "linear", "factor": 2.0},
-        rope_local_theta=1e4,
-    ),
+    "gemma2": dict(**_GEMMA, attn_logit_softcapping=0.2, final_logit_softcapping=1.0),
+    "gemma3": dict(**_GEMMA, rope_theta=1e6, rope_scaling={"rope_type": "linear", "factor": 2.0}, rope_local_theta=1e4),
     "mistral": dict(architecture="llama", sliding_window=8),  # every layer windowed: older KV is freed
 }
 
