@@ -133,7 +133,8 @@ class RooflineModel:
     def _layers(self, s: StepShape, tok: int) -> float:
         """Per-rank time of all layers for a step of `tok` tokens (no overhead, no PP sends)."""
         dense_c = tok * self._t_tok + (s.prefill_seqs + s.decode_tokens) * self._t_row
-        dense_m = self._weights_s(tok) + tok * self._t_act
+        t_e = self._t_experts  # (`_weights_s` inlined: a dense model streams `_t_w`, + 0.0 exactly)
+        dense_m = (self._t_w + t_e * (1.0 - self._missed**tok) if t_e else self._t_w) + tok * self._t_act
         pairs = s.prefill_attn_pairs + s.decode_ctx
         reads: float = s.prefill_kv_read + s.decode_ctx
         if self._window:

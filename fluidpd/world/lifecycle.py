@@ -25,6 +25,9 @@ from fluidpd.world.trace import RequestTracer
 from fluidpd.world.worker import WorkerState
 
 EWMA = 0.2
+# (module constants: an enum member read through its class costs a dictionary miss per step)
+CONTROL, SAMPLE, SCHEDULE = EventKind.CONTROL, EventKind.SAMPLE, EventKind.SCHEDULE
+DECODE = Role.DECODE
 
 
 class World(Handoff, Failures, Elastic, Recovery):
@@ -123,13 +126,13 @@ class World(Handoff, Failures, Elastic, Recovery):
             self.apply(self.policy.tick(self))
         finally:  # a tick that raises is reported by the loop (the simulator stops, the runtime logs): control goes on
             if self.active():
-                self.loop.at(self.loop.now + self.policy.config.tick_s, EventKind.CONTROL, self._control)
+                self.loop.at(self.loop.now + self.policy.config.tick_s, CONTROL, self._control)
 
     def _sample(self, period_s: float) -> None:
         self.timeline.sample(self.loop.now, self.workers)
         self.on_sample()
         if self.active():
-            self.loop.at(self.loop.now + period_s, EventKind.SAMPLE, self._sample, period_s)
+            self.loop.at(self.loop.now + period_s, SAMPLE, self._sample, period_s)
 
     # --- steps --------------------------------------------------------------------------
     def schedule(self, w: WorkerState) -> None:
@@ -140,7 +143,7 @@ class World(Handoff, Failures, Elastic, Recovery):
             self.kick(w)
         elif not w.schedule_pending:
             w.schedule_pending = True
-            self.loop.at(self.loop.now, EventKind.SCHEDULE, self._scheduled, w)
+            self.loop.at(self.loop.now, SCHEDULE, self._scheduled, w)
 
     def _scheduled(self, w: WorkerState) -> None:
         w.schedule_pending = False
@@ -152,27 +155,47 @@ class World(Handoff, Failures, Elastic, Recovery):
             return
         w.busy = True  # while planning: a preemption below may re-submit to `w`
         plan = self.policy.plan_step(w, self)
-        if plan.decode:
-            plan.decode = self._make_room(w)
-        if not plan.chunks and not plan.decode:  # (not `not plan`: a __bool__ call costs a step 2%)
+        decode = plan.decode
+        if decode:
+            growth = w.growth_blocks()
+            if growth > w.free_blocks or not w.decoding:  # (else `_make_room` has nothing to do)
+                decode = self._make_room(w)
+                growth = w.growth_blocks()
+            decode = plan.decode = bool(decode)
+        chunks = plan.chunks
+        if not chunks and not decode:  # (not `not plan`: a __bool__ call costs a step 2%)
             w.busy = False
             return
-        shape = StepShape()
-        w.step_growth = 0
-        if plan.decode:
+        if decode:
             for joiner in w.joiners:
                 if joiner.held_first:
                     joiner.first_token_s = joiner.last_token_s = self.loop.now
                     joiner.held_first = False
-            w.step_growth = w.growth_blocks()
-            w.allocate(w.step_growth)
+            w.step_growth = growth
+            w.allocate(growth)
             n = w.decode_rows  # sequences: a request group's live ones each
-            shape.add_decodes(n, w.decode_ctx_sum + n)
-            shape.masked_rows = w.decode_masked
+            # (positional: the decode rows, their context, the masked ones; no prefill yet)
+            shape = StepShape(0, 0, 0.0, 0, n, w.decode_ctx_sum + n, w.decode_masked)
+        else:
+            w.step_growth = 0
+            shape = StepShape()
         if w.admitted:
             w.admitted = []
+        if chunks:
+            plan.chunks = self._start_chunks(w, chunks, shape)
+            if not plan.chunks and not decode:
+                w.busy = False
+                return
+        w.steps += 1
+        if self.tracer:
+            self.tracer.step_started(w, self.loop.now)
+        self.execute(w, plan, shape)
+
+    def _start_chunks(self, w: WorkerState, planned: list, shape: StepShape) -> list:
+        """The planned chunks that run now (admitting the unstarted ones while there is room), added
+        to `shape`; a chunk whose prefix is still loading from the host tier waits (`w` is woken then)."""
         now, chunks, wake, full = self.loop.now, [], math.inf, False
-        for req, c in plan.chunks:
+        for req, c in planned:
             if req.prefilled == 0:
                 need = (
                     w.prefill_blocks(req) if isinstance(req, Request) else blocks_for(req.prefill_target, w.block_size)
@@ -189,16 +212,9 @@ class World(Handoff, Failures, Elastic, Recovery):
                 continue
             chunks.append((req, c))
             shape.add_chunk(c, req.kv_prior)
-        plan.chunks = chunks
         if wake < math.inf:
-            self.loop.at(wake, EventKind.SCHEDULE, self._scheduled, w)
-        if not plan.chunks and not plan.decode:
-            w.busy = False
-            return
-        w.steps += 1
-        if self.tracer:
-            self.tracer.step_started(w, self.loop.now)
-        self.execute(w, plan, shape)
+            self.loop.at(wake, SCHEDULE, self._scheduled, w)
+        return chunks
 
     def _admit(self, w: WorkerState, req: Request | PrefillPiece, need: int) -> int:
         """`req` starts prefilling on `w`: it holds its cached prefix there (a hit advances `prefilled`
@@ -245,20 +261,22 @@ class World(Handoff, Failures, Elastic, Recovery):
         engine, e.g. EOS), completed prefills, deferred actions; then plan the next step."""
         now = self.loop.now
         w.busy = False
-        w.busy_s[plan.kind] += duration
+        chunks, decode = plan.chunks, plan.decode  # (plan.kind, without a property call per step)
+        w.busy_s["mixed" if chunks and decode else ("decode" if decode else "prefill")] += duration
         self.policy.observe_step(w, duration, plan)
-        if plan.decode and not plan.chunks:
-            w.step_time_ewma_s += EWMA * (duration - w.step_time_ewma_s) if w.step_time_ewma_s else duration
-        if plan.decode:
+        chunks, decode = plan.chunks, plan.decode
+        if decode:
+            if not chunks:
+                w.step_time_ewma_s += EWMA * (duration - w.step_time_ewma_s) if w.step_time_ewma_s else duration
             for done in w.decode_tick(now, self.slo_tbt, self.metrics.on_gap, stopped):
                 w.leave(done)
                 w.release(done)
                 self.finish(done)
-        if plan.chunks and w.role is Role.DECODE:
-            w.borrowed_chunks += len(plan.chunks)
+        if chunks and w.role is DECODE:
+            w.borrowed_chunks += len(chunks)
         if self.tracer:
-            self.tracer.chunks_done(w, plan.chunks, now)
-        for req, c in plan.chunks:
+            self.tracer.chunks_done(w, chunks, now)
+        for req, c in chunks:
             req.prefilled += c
             w.queued_tokens -= c
             if req.prefilled >= req.prefill_target:

@@ -115,7 +115,9 @@ class WorkerState(DecodeBatch):
     def num_decoding(self) -> int:
         """Sequences decoding here (decode rows: a group counts its live ones), including those whose
         KV arrived during the step in flight."""
-        return self.decode_rows + sum(r.live for r in self.incoming)
+        if self.incoming:  # (routers read this of every worker per request: no generator when empty)
+            return self.decode_rows + sum(r.live for r in self.incoming)
+        return self.decode_rows
 
     @property
     def num_held(self) -> int:
@@ -161,7 +163,7 @@ class WorkerState(DecodeBatch):
         return self.group_blocks(req, req.prompt_len + req.generated)
 
     def allocate(self, blocks: int) -> None:
-        if blocks > self.free_blocks:
+        if blocks > self.kv_blocks_total - self.kv_blocks_used:  # (free_blocks, without a property call)
             raise RuntimeError(f"worker {self.id}: KV over-allocated")
         self.kv_blocks_used += blocks
         if self.cache.lru:
@@ -191,6 +193,8 @@ class WorkerState(DecodeBatch):
         tier: full blocks, at most all but its last token to prefill (that one is always computed;
         a block-aligned prompt cached whole in device memory copies its last block and computes
         only that token, as the engine does). `blocks`: `cached_blocks(req)` when the caller has it."""
+        if not req.block_hashes:  # no ids, no tail (routers ask this of every worker per request)
+            return 0 if blocks is None else (blocks[0] + blocks[1]) * self.block_size
         device, host = self.cached_blocks(req) if blocks is None else blocks
         return (device + host) * self.block_size + self._whole_tail(req, device, host)
 
@@ -210,6 +214,8 @@ class WorkerState(DecodeBatch):
     def cached_blocks(self, req: Request) -> tuple[int, int]:
         """(device, host): `req`'s leading blocks cached in device memory, and the run after them
         in the host tier."""
+        if not req.block_hashes:  # (what the matches below find for no ids)
+            return 0, 0
         hashes, limit = req.block_hashes, (self._cache_span(req) - 1) // self.block_size
         n = self.cache.match(hashes, limit)
         return n, (self.host.match(hashes, n, limit) if self.host is not None else 0)

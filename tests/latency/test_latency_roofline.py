@@ -145,3 +145,37 @@ def test_custom_config_changes_time():
     base = RooflineModel(L8, H100).decode_time(1, 1)
     slow = RooflineModel(L8, H100, config=LatencyConfig(bw_efficiency=0.4)).decode_time(1, 1)
     assert slow - 2e-3 == pytest.approx(2 * (base - 2e-3), rel=0.01)
+
+
+def _layers_general(m: RooflineModel, s: StepShape, tok: int) -> float:
+    """`_layers` as written before its dense shortcut: the weights always through `_weights_s`."""
+    dense_c = tok * m._t_tok + (s.prefill_seqs + s.decode_tokens) * m._t_row
+    dense_m = m._weights_s(tok) + tok * m._t_act
+    pairs = s.prefill_attn_pairs + s.decode_ctx
+    reads: float = s.prefill_kv_read + s.decode_ctx
+    if m._window:
+        w, f = m._window, m._windowed
+        recent = min(s.decode_ctx, s.decode_tokens * w)
+        pairs -= f * (pairs - min(s.prefill_attn_pairs, s.prefill_tokens * w) - recent)
+        reads -= f * (reads - min(s.prefill_kv_read, s.prefill_seqs * w) - recent)
+    attn_c, attn_m, k = pairs * m._t_pair, (reads + tok) * m._t_kv, m._exposed
+    dense = dense_c + k * dense_m if dense_c > dense_m else dense_m + k * dense_c
+    attn = attn_c + k * attn_m if attn_c > attn_m else attn_m + k * attn_c
+    return dense + attn + tok * m._ar_tok + m._ar_fixed
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-3.3-70b", "gemma-3-27b", "qwen3-30b-a3b", "mixtral-8x7b"])
+def test_step_times_are_bit_identical_to_the_general_weights_path(name):
+    import random
+
+    dtype = "fp8" if name == "llama-3.3-70b" else "bf16"
+    m = RooflineModel(get_model(name, dtype), get_hardware("h100"), tp=2 if name == "mixtral-8x7b" else 1)
+    rng = random.Random(1)
+    for _ in range(300):
+        s = StepShape()
+        for _ in range(rng.randint(0, 3)):
+            s.add_chunk(rng.randint(1, 4096), rng.randint(0, 8192))
+        s.add_decodes(n := rng.randint(0, 256), n * rng.randint(1, 4096))
+        tok = s.prefill_tokens + s.decode_tokens
+        if tok:
+            assert m._layers(s, tok) == _layers_general(m, s, tok)  # exact: not approx
