@@ -93,3 +93,33 @@ def bars_plot(
     fig.savefig(path, dpi=110, bbox_inches="tight" if legend_below else None)
     plt.close(fig)
     return path
+
+
+def scaling_plot(
+    panels: dict[str, dict[str, tuple[list[float], list[float]]]],
+    xlabel: str,
+    path: Path,
+    lines: dict[str, float] | None = None,
+    title: str = "",
+) -> Path:
+    """Side-by-side log-log panels (title -> label -> (x, y)), each with the horizontal reference
+    `lines` (label -> y: a goal, a period)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    for ax, (name, series) in zip(axes[0], panels.items()):
+        for label, (x, y) in series.items():
+            ax.plot(x, y, marker="o", label=label)
+        for label, y in (lines or {}).items():
+            ax.axhline(y, color="grey", linestyle="--", linewidth=0.8)
+            ax.annotate(label, (1.0, y), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=7)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

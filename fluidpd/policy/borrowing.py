@@ -26,18 +26,39 @@ class Borrowing:
         def cost_scale(self, w: WorkerView) -> float: ...
         def chunk_cost(self, batch: int, prior: int, c: int, scale: float = 1.0) -> float: ...
         def chunk_tokens(self, w: WorkerView, prior: int = 0, forecast: bool = False) -> int: ...
+        def state_key(self, w: WorkerView) -> tuple: ...
 
     def init_borrowing(self) -> None:
         self._reserve = 0  # blocks each decode worker keeps free for hand-offs (set by borrow)
         self.borrowed = 0
         self.spread = 0
+        # per worker: (state_key, prefill_rate) and (state_key, slack, has_slack), as last computed
+        self._rates: dict[int, tuple[tuple, float]] = {}
+        self._slacks: dict[int, tuple[tuple, float, bool]] = {}
 
     def prefill_rate(self, w: WorkerView) -> float:
         """Prompt tokens a second `w` prefills by borrowing when it has KV room (`has_room`): a chunk of
-        the size its slack fits in every step (0 without slack)."""
+        the size its slack fits in every step (0 without slack). Recomputed only when `w` changed."""
+        key = self.state_key(w)
+        last = self._rates.get(w.id)
+        if last is not None and last[0] == key:
+            return last[1]
         c = self.chunk_tokens(w, forecast=True)
         step = self.t_iter(w) + self.chunk_cost(w.num_decoding, 0, c, self.cost_scale(w)) if c else 0.0
-        return c / step if step > 0 else 0.0  # (a step priced at nothing: nothing decodes, a flat fit)
+        rate = c / step if step > 0 else 0.0  # (a step priced at nothing: nothing decodes, a flat fit)
+        self._rates[w.id] = (key, rate)
+        return rate
+
+    def slack_of(self, w: WorkerView) -> tuple[float, bool]:
+        """(slack(w), has_slack(w, slack(w))), recomputed only when `w` changed."""
+        key = self.state_key(w)
+        last = self._slacks.get(w.id)
+        if last is not None and last[0] == key:
+            return last[1], last[2]
+        slack = self.slack(w)
+        fits = self.has_slack(w, slack)
+        self._slacks[w.id] = (key, slack, fits)
+        return slack, fits
 
     def borrow(self, view: ClusterView, late: Callable | None = None) -> list:
         """Strip requests from the head of the prefill queues onto decode workers with slack (with
@@ -58,10 +79,11 @@ class Borrowing:
         free, slack = [], {}  # nothing changes while borrowing plans: each worker's slack is read once
         for w in view.workers:
             if w.role is Role.DECODE and w.routable and len(w.queue) < cap:
-                slack[w.id] = self.slack(w)
-                if self.has_slack(w, slack[w.id]):
+                slack[w.id], fits = self.slack_of(w)
+                if fits:
                     free.append(w)
         room = {w.id: self._room(w) for w in free}
+        free.sort(key=lambda w: (-room[w.id], w.id))  # most room first: a request's home is the first that fits
         actions: list = []
         for req in waiting:
             if not free:
@@ -93,26 +115,37 @@ class Borrowing:
     def _home(self, req: Request, free: list, room: dict[int, int], slack: dict[int, float]) -> WorkerView | None:
         """The worker with the most room that can hold the whole request, whose slack would still
         fit the prompt's last chunk (so a borrowed prompt cannot stall behind the decodes), and that
-        holds at least the cached prefix its prefill worker would skip; `room` and `slack` by worker id."""
+        holds at least the cached prefix its prefill worker would skip; `room` and `slack` by worker
+        id, `free` sorted by most room first (then lowest id), so the first that fits is that worker
+        and the scan stops at the first without room: a borrowing cycle costs what it places, not
+        requests x workers."""
         step = self.config.min_chunk
         need = blocks_for(req.prompt_len + req.output_len, free[0].block_size)
-        fits = [
-            w
-            for w in free
-            if room[w.id] >= need
-            and self.chunk_cost(w.num_decoding + 1, req.prefill_target - step, step, self.cost_scale(w)) <= slack[w.id]
-            and (not req.queued_hit or w.cached_tokens(req) >= req.queued_hit)  # never lose a cached prefix
-        ]
-        return max(fits, key=lambda w: (room[w.id], -w.id)) if fits else None
+        prior = req.prefill_target - step
+        for w in free:
+            if room[w.id] < need:
+                return None
+            if self.chunk_cost(w.num_decoding + 1, prior, step, self.cost_scale(w)) <= slack[w.id] and (
+                not req.queued_hit or w.cached_tokens(req) >= req.queued_hit  # never lose a cached prefix
+            ):
+                return w
+        return None
 
     def _helpers(self, req: Request, free: list, room: dict[int, int]) -> list:
-        """Decode workers that take the other pieces of a long prompt (`room` by worker id)."""
+        """Decode workers that take the other pieces of a long prompt: the most room first (`room` by
+        worker id; `free` sorted so)."""
         c = self.config
         if req.prompt_len < c.split_min_tokens or c.max_split < 2 or req.prefill_target != req.prompt_len or req.n > 1:
             return []
         piece = -(-req.prompt_len // c.max_split)
-        ok = [w for w in free if room[w.id] >= blocks_for(piece, w.block_size)]
-        return sorted(ok, key=lambda w: (-room[w.id], w.id))[: c.max_split - 1]
+        helpers = []
+        for w in free:  # most room first: those with room for a piece come first
+            if room[w.id] < blocks_for(piece, w.block_size):
+                break
+            helpers.append(w)
+            if len(helpers) == c.max_split - 1:
+                break
+        return helpers
 
 
 def handoff_reserve(view: ClusterView) -> int:

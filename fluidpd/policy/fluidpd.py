@@ -91,6 +91,7 @@ class FluidPD(RoleSwitches, StaticPD):
         self.decode_forecast: DecodeForecast | None = None
         self.to_decode = 0.0  # what one more decode worker gains in predicted served share, less its cost
         self.prefill_scale = 1.0  # measured / modelled prefill step time (EWMA over prefill steps)
+        self._f_p: dict[float, float] = {}  # costs.prefill_time by token count
         self.prefill_forecast: PrefillForecast | None = None  # the last control cycle's, while PPI > theta_P_high
         self.demand = PrefillDemand(fluid.horizon_s)  # prefill work routed per second (the shape predictor's)
         self.affinity = None
@@ -149,8 +150,12 @@ class FluidPD(RoleSwitches, StaticPD):
                 self.prefill_scale += PREFILL_SCALE_EWMA * (ratio - self.prefill_scale)
 
     def prefill_work(self, tokens: float) -> float:
-        """f_P(tokens), scaled by how much slower than profiled this world's prefill steps run."""
-        return self.prefill_scale * self.costs.prefill_time(tokens)
+        """f_P(tokens), scaled by how much slower than profiled this world's prefill steps run (f_P
+        memoized by token count: PPI evaluates it for every queued prompt every cycle)."""
+        t = self._f_p.get(tokens)
+        if t is None:
+            t = self._f_p[tokens] = self.costs.prefill_time(tokens)
+        return self.prefill_scale * t
 
     # --- control plane ------------------------------------------------------------------
     def tick(self, view: ClusterView) -> list:

@@ -98,6 +98,7 @@ class FluidToken(Borrowing):
         self.scale: dict[int, float] = {}  # measured / modelled chunk time, per worker (online calibration)
         self._chunk_ewma: dict[int, tuple[float, float]] = {}  # (measured, modelled) chunk time EWMAs
         self.decode_ref_s = decode_ref_s  # the decode step time the cost model was fitted next to
+        self._observed: dict[int, int] = {}  # per worker: decode steps observed (what changes its trackers)
         self.init_borrowing()
         self._g_rises_upto = self._rising_prefix(self.config.max_chunk + MAX_BATCH_CHECKED)
 
@@ -131,6 +132,7 @@ class FluidToken(Borrowing):
         planner's estimate (the overrun quantile) and the cost scale."""
         if not plan.decode:
             return
+        self._observed[w.id] = self._observed.get(w.id, 0) + 1
         prev = self.t_iter_s.get(w.id)
         if prev is None:  # the first measure: a decode-only step, or a mixed one less its modelled chunks
             self.t_iter_s[w.id] = max(0.0, duration_s - self.chunks_cost(w.num_decoding, plan, self.cost_scale(w)))
@@ -148,6 +150,20 @@ class FluidToken(Borrowing):
             modelled += SCALE_GAIN * (est / scale - modelled)
             self._chunk_ewma[w.id] = (measured, modelled)
             self.scale[w.id] = min(MAX_SCALE, max(MIN_SCALE, measured / modelled))
+
+    def state_key(self, w: WorkerView) -> tuple:
+        """Everything `w`'s slack, chunk size and borrowing rate are computed from, besides the
+        constants: its batch, its measured step times (T_iter, scale, jitter and overrun trackers:
+        changed only by `observe`, which counts) and the world's step EWMA. Equal keys, equal
+        values: a cycle recomputes them only for the workers that changed since the last one."""
+        wid = w.id
+        return (
+            w.num_decoding,
+            w.step_time_ewma_s,
+            self.t_iter_s.get(wid),
+            self.scale.get(wid),
+            self._observed.get(wid),
+        )
 
     def t_iter(self, w: WorkerView) -> float:
         """T_iter(B): the decode part of recent steps (0 with nothing to decode)."""

@@ -71,10 +71,14 @@ def prefill_pressure_index(
 def decode_pressure_index(view: ClusterView, slo_tbt_s: float, alpha: float = 0.5, t_iter=None) -> float:
     """DPI over the routable decode workers (0 when there is none); `t_iter(w)` defaults to the
     worker's measured decode-step EWMA."""
-    decode = [w for w in view.workers if w.role in DECODE_POOL and w.routable]
-    if not decode:
-        return 0.0
-    return sum(worker_pressure(w, slo_tbt_s, alpha, t_iter) for w in decode) / len(decode)
+    beta = 1 - alpha  # (each term as `worker_pressure` computes it, inlined: this runs every cycle)
+    terms = [
+        alpha * (t_iter(w) if t_iter else w.step_time_ewma_s) / slo_tbt_s
+        + beta * (w.kv_blocks_used + w.pull_blocks_pending) / w.kv_blocks_total
+        for w in view.workers
+        if w.role in DECODE_POOL and w.routable
+    ]
+    return sum(terms) / len(terms) if terms else 0.0
 
 
 def worker_pressure(w: WorkerView, slo_tbt_s: float, alpha: float = 0.5, t_iter=None) -> float:
