@@ -67,7 +67,7 @@ class Borrowing:
         if not donors:
             return []
         heads = {
-            w.id: _unstarted_head(on_time_first(w.queue, late), 8) for w in donors
+            w.id: _unstarted_head(on_time_first(w.queue, late, w.num_prefilling), 8) for w in donors
         }  # a few unstarted requests from each queue's head
         owner = {r.id: wid for wid, reqs in heads.items() for r in reqs}
         waiting = sorted(

@@ -258,7 +258,7 @@ class FluidToken(Borrowing):
         g, pair_s, c_max = self._chunk_time, self.attn_pair_s, self.config.max_chunk
         b, pairs = w.num_decoding, 0.0  # tokens in the step so far; the planned chunks' attention cost
         chunks: list[tuple[Request | PrefillPiece, int]] = []
-        for req in on_time_first(w.queue, late):
+        for req in on_time_first(w.queue, late, w.num_prefilling):
             prior = req.kv_prior or req.queued_hit
             left = budget - (g(b) - g(w.num_decoding)) - pairs
             todo = req.prefill_remaining - (0 if req.prefilled else req.queued_hit)

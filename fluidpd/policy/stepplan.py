@@ -49,22 +49,43 @@ def past_ttft(now: float, slo_ttft_s: float) -> Callable:
     return lambda r: r.arrival_s < deadline
 
 
-def on_time_first(queue: Iterable, late: Callable | None) -> Iterable:
+def on_time_first(queue: Iterable, late: Callable | None, started: int | None = None) -> Iterable:
     """`queue` in order, but the started requests first (they hold their KV, which an unstarted one
     behind them may need: it cannot start before they finish) and the unstarted requests for which
     `late(r)` (e.g. `past_ttft`: they have missed their TTFT SLO already) last, FCFS among
     themselves. Under overload, FCFS spends every worker on requests that missed already and makes
     the next ones miss too; this serves the ones that can still make it, and the late ones as soon
-    as there is room."""
-    unstarted, behind = [], []
-    for r in queue:
-        if r.prefilled:
-            yield r
-        elif late is not None and late(r):
+    as there is room. `started` bounds the started requests in `queue` (a worker's num_prefilling):
+    once that many are found the rest streams lazily, so a planner that stops early never walks a
+    long queue."""
+    unstarted: list = []
+    behind: list = []
+    rest = iter(queue)
+    if started is None or started > 0:
+        found = 0
+        for r in rest:
+            if r.prefilled:
+                yield r
+                found += 1
+                if started is not None and found >= started:
+                    break
+            elif late is not None and late(r):
+                behind.append(r)
+            else:
+                unstarted.append(r)
+        else:
+            yield from unstarted
+            yield from behind
+            return
+    yield from unstarted
+    if late is None:
+        yield from rest
+        return
+    for r in rest:
+        if late(r):
             behind.append(r)
         else:
-            unstarted.append(r)
-    yield from unstarted
+            yield r
     yield from behind
 
 
@@ -77,7 +98,7 @@ def whole_prompts(
     room = Admission.of(w, max_num_seqs)
     chunks: list[tuple[Request | PrefillPiece, int]] = []
     tokens = 0
-    for req in on_time_first(w.queue, late):
+    for req in on_time_first(w.queue, late, w.num_prefilling):
         need = req.prefill_remaining
         if max_chunk and need > max_chunk:
             need = max_chunk
@@ -97,7 +118,7 @@ def chunks_within(w: WorkerView, budget: int, max_num_seqs: int, late: Callable 
     the late ones last: `on_time_first`)."""
     room = Admission.of(w, max_num_seqs)
     chunks = []
-    for req in on_time_first(w.queue, late):
+    for req in on_time_first(w.queue, late, w.num_prefilling):
         if budget <= 0:
             break
         if not room.admit(req.prefilled, req.prefill_target, w.block_size, req):

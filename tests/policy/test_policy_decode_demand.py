@@ -23,6 +23,7 @@ def _worker(i, role, used=0, pending=0, queue=(), total=1000):
         pull_blocks_pending=pending,
         block_size=16,
         num_decoding=4,
+        num_prefilling=0,
         step_time_ewma_s=0.02,
         queued_tokens=sum(r.prompt_len for r in queue),
         queued_uncached=sum(r.prompt_len for r in queue),

@@ -141,6 +141,7 @@ def _pool(decode_used: int, prefill_used: int, queue):
             pull_blocks_pending=0,
             block_size=16,
             num_decoding=4,
+            num_prefilling=0,
             step_time_ewma_s=0.02,
         )
 

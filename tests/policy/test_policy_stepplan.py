@@ -39,6 +39,7 @@ def test_late_last_serves_the_requests_that_can_still_make_their_ttft_first():
     on_time = [Request(3, 5.0, 300, 10), Request(4, 6.0, 300, 10)]
     for r in (started, *late, *on_time):
         w.enqueue(r)
+    w.num_prefilling = 1  # as the world counts an admitted request
     late = lambda r: r.arrival_s < 4.0
     order = [r.id for r in stepplan.on_time_first(w.queue, late)]
     assert order == [0, 3, 4, 1, 2]
@@ -170,3 +171,34 @@ def test_a_drained_queue_keeps_its_place_among_a_peers_requests():
     w.enqueue(Request(4, 1.0, 100, 10), in_order=True)
     assert [r.id for r in w.queue] == [0, 4, 1, 3, 2]
     assert w.queued_tokens == 500
+
+
+def test_a_bound_on_started_requests_keeps_the_order_and_stops_walking_the_queue():
+    w = worker()
+    reqs = [Request(i, float(i), 300, 10) for i in range(8)]
+    for r in reqs:
+        w.enqueue(r)
+    reqs[2].prefilled, reqs[5].prefilled = 50, 80  # started ones, not at the head
+    late = lambda r: r.arrival_s < 3.0
+    for lt in (None, late):
+        full = [r.id for r in stepplan.on_time_first(w.queue, lt)]
+        for bound in (2, 3, 8):
+            assert [r.id for r in stepplan.on_time_first(w.queue, lt, bound)] == full
+    assert [r.id for r in stepplan.on_time_first(w.queue, late)] == [2, 5, 3, 4, 6, 7, 0, 1]
+
+    class Counted(list):
+        reads = 0
+
+        def __iter__(self):
+            for r in super().__iter__():
+                Counted.reads += 1
+                yield r
+
+    head = Counted(reqs[:2] + [Request(100 + i, 10.0 + i, 300, 10) for i in range(1000)])
+    head[0].prefilled = 0
+    first = next(iter(stepplan.on_time_first(head, None, 0)))
+    assert first is head[0] and Counted.reads == 1  # nothing started: the queue streams as it is
+    Counted.reads = 0
+    reqs[1].prefilled = 10
+    taken = stepplan.on_time_first(head, None, 1)
+    assert [next(taken).id for _ in range(2)] == [1, 0] and Counted.reads == 2
