@@ -28,6 +28,7 @@ def register(sub) -> None:
     from fluidpd.bench.loadgen.run import BenchConfig
     from fluidpd.bench.loadgen.session_run import SessionReplayConfig
     from fluidpd.bench.loadgen.session_source import CHAT, ChatSessionsConfig
+    from fluidpd.workload.datacenter import DatacenterConfig
     from fluidpd.workload.registry import TRACES
 
     p = sub.add_parser(
@@ -62,6 +63,7 @@ def register(sub) -> None:
     add_flags(p, BenchConfig)
     add_flags(p, SessionReplayConfig)
     add_flags(p, ChatSessionsConfig)
+    add_flags(p, DatacenterConfig)
     p.set_defaults(func=run)
 
 
@@ -72,14 +74,14 @@ def run(args: argparse.Namespace) -> int:
     from fluidpd.cli.bench_sessions import RETRIED
     from fluidpd.cli.bench_talk import talk
     from fluidpd.core.metrics import Slo
-    from fluidpd.workload.registry import load_trace
+    from fluidpd.workload.registry import load_trace, trace_flags
 
     check_loopback(args.url)  # ValueError -> exit 2, before loading anything
     if args.sessions:
         from fluidpd.cli.bench_sessions import run_sessions_cli
 
         return run_sessions_cli(args)
-    base = load_trace(args.trace, seed=args.seed)
+    base = load_trace(args.trace, seed=args.seed, **trace_flags(args.trace, args))
     trace = base.shaped(args.rate_scale, args.duration, args.max_requests)
     if len(trace) == 0:
         raise ValueError("the trace window holds no requests (raise --duration or --rate-scale)")

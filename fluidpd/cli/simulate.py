@@ -22,7 +22,8 @@ from fluidpd.sim.goodput import goodput_rate_scale
 from fluidpd.sim.run import Setup, SimResult, simulate
 from fluidpd.specs.hardware import HARDWARE_NAMES, get_hardware
 from fluidpd.specs.models import DTYPES, MODEL_NAMES, get_model
-from fluidpd.workload.registry import SESSION_OPTIONS, TRACES, load_trace, session_options
+from fluidpd.workload.datacenter import DatacenterConfig
+from fluidpd.workload.registry import SESSION_OPTIONS, TRACES, load_trace, session_options, trace_flags
 from fluidpd.workload.trace import Trace
 
 
@@ -68,6 +69,7 @@ def register(sub) -> None:
         "--trace-requests", type=Path, help="write every request's timeline as JSON lines (one per request and policy)"
     )
     p.add_argument("--goodput", action="store_true", help="binary-search the rate scale at 90%% attainment")
+    add_flags(p, DatacenterConfig)
     p.set_defaults(func=run)
 
 
@@ -110,7 +112,8 @@ def run(args) -> int:
         args.chunk_budget = PolicyConfig().chunk_budget
     setup = setup_from_args(args)
     setup.roofline().kv_blocks(setup.sim.block_size)  # fails early if the weights don't fit
-    base = load_trace(args.trace, seed=args.seed, **(session_options(args.trace) if args.sessions else {}))
+    sessions = session_options(args.trace) if args.sessions else {}
+    base = load_trace(args.trace, seed=args.seed, **sessions, **trace_flags(args.trace, args))
     if args.samples > 1 or args.constrained:
         base = base.sampled(args.samples, args.constrained, args.seed)
     if args.start < 0:

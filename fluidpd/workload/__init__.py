@@ -1,7 +1,9 @@
-"""Workloads: real traces (Azure, Mooncake, Claude Code, length-only files), arrival processes, synthetic mixes."""
+"""Workloads: real traces (Azure, Mooncake, Claude Code, length-only files), arrival processes, synthetic mixes,
+datacenter traffic drawn from a real trace."""
 
 from fluidpd.workload.arrivals import arrival_times, gamma, onoff, poisson
 from fluidpd.workload.claude_code import DEFAULT_CLAUDE_CONCURRENCY, load_claude_code
+from fluidpd.workload.datacenter import DatacenterConfig, datacenter
 from fluidpd.workload.files import trace_dir
 from fluidpd.workload.hot_prefix import hot_prefix, zipf_shares
 from fluidpd.workload.loaders import (
@@ -22,9 +24,11 @@ __all__ = [
     "DEFAULT_CLAUDE_CONCURRENCY",
     "DEFAULT_LENGTH_RATE",
     "TRACES",
+    "DatacenterConfig",
     "Trace",
     "arrival_times",
     "compose",
+    "datacenter",
     "fixed_lengths",
     "gamma",
     "hot_prefix",

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 
 import fluidpd.workload.loaders as loaders
+from fluidpd.core.knobs import flag_values
 from fluidpd.core.registry import Registry
 from fluidpd.workload.claude_code import load_claude_code
+from fluidpd.workload.datacenter import DatacenterConfig, datacenter
 from fluidpd.workload.files import read_header, read_jsonl
 from fluidpd.workload.hot_prefix import hot_prefix
 from fluidpd.workload.loaders import AZURE_COLUMNS, DEFAULT_LENGTH_RATE, LENGTH_COLUMNS, SIMPLE_COLUMNS
@@ -41,11 +45,22 @@ TRACES.add(
     "hot_prefix", lambda rate, seed, **kw: hot_prefix(**({} if rate is None else {"rate": rate}), seed=seed, **kw)
 )
 
+# datacenter traffic drawn from a real trace (kw: DatacenterConfig's fields); `rate` is its mean rate
+TRACES.add(
+    "datacenter",
+    lambda rate, seed, **kw: _datacenter(
+        DatacenterConfig(**kw) if rate is None else DatacenterConfig(rate=rate, **kw), seed
+    ),
+)
+# loader options a datacenter source is read with (Mooncake's conversation clock comes in ~3 s steps)
+DATACENTER_SOURCE_OPTIONS = {"mooncake_conv": {"spread_quantized": True}}
+
 # loader options that make a trace closed-loop sessions with block ids (prefix reuse across turns)
 SESSION_OPTIONS = {
     "claude_code": {"sessions": True, "with_hashes": True},
     "mooncake_conv": {"sessions": True},
     "mooncake_synth": {"sessions": True},
+    "datacenter": {},  # always sessions with block ids
 }
 
 
@@ -54,6 +69,11 @@ def session_options(name: str) -> dict:
     if name not in SESSION_OPTIONS:
         raise ValueError(f"trace {name!r} has no sessions; these do: {', '.join(SESSION_OPTIONS)}")
     return dict(SESSION_OPTIONS[name])
+
+
+def trace_flags(name: str, args: argparse.Namespace) -> dict:
+    """`load_trace` options for `name` from a command's parsed flags (DatacenterConfig's --dc-* for datacenter)."""
+    return flag_values(args, DatacenterConfig) if name == "datacenter" else {}
 
 
 def load_trace(name_or_path: str | os.PathLike, *, rate: float | None = None, seed: int = 0, **kw) -> Trace:
@@ -95,6 +115,15 @@ def _load_file(path: Path, rate: float | None, seed: int, kw: dict) -> Trace:
         f"{path}: unrecognised trace header {sorted(header)}; expected {', '.join(AZURE_COLUMNS)} "
         f"(Azure), {', '.join(LENGTH_COLUMNS)} (lengths only) or {', '.join(SIMPLE_COLUMNS)}"
     )
+
+
+def _datacenter(cfg: DatacenterConfig, seed: int) -> Trace:
+    return datacenter(_datacenter_source(cfg.source), cfg, seed)
+
+
+@lru_cache(maxsize=4)
+def _datacenter_source(name: str) -> Trace:
+    return TRACES.build(name, None, 0, **DATACENTER_SOURCE_OPTIONS.get(name, {}))
 
 
 def _length_rate(rate: float | None) -> float:

@@ -80,4 +80,5 @@ def test_names_are_consistent_with_loaders():
         "bwb",
         "phase_shift",
         "hot_prefix",
+        "datacenter",
     )
