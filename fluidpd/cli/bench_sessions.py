@@ -16,10 +16,11 @@ def run_sessions_cli(args: argparse.Namespace) -> int:
     from fluidpd.cli.bench_talk import talk
     from fluidpd.core.knobs import flag_values
     from fluidpd.core.metrics import Slo
+    from fluidpd.workload.registry import trace_flags
 
     replay = SessionReplayConfig(**flag_values(args, SessionReplayConfig))
     chat = ChatSessionsConfig(**flag_values(args, ChatSessionsConfig))
-    trace = session_trace(args.sessions, chat, replay.n_sessions, args.seed)
+    trace = session_trace(args.sessions, chat, replay.n_sessions, args.seed, **trace_flags(args.sessions, args))
     cfg = BenchConfig(
         url=args.url,
         trace=trace,

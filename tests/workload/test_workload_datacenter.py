@@ -175,3 +175,23 @@ def test_fluidpd_bench_builds_its_requests_from_the_generator(monkeypatch):
     assert len(plan.requests) == len(trace)
     assert [len(r.prompt_ids) for r in plan.requests] == np.minimum(trace.prompt_len, 8192 - trace.output_len).tolist()
     assert [r.arrival_s for r in plan.requests] == trace.arrival_s.tolist()
+
+
+def test_fluidpd_bench_sessions_take_the_generators_flags_too(monkeypatch):
+    import fluidpd.bench.loadgen.session_run as session_run
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    async def fake_run_sessions(cfg, replay):
+        seen["cfg"] = cfg
+        raise Stop
+
+    monkeypatch.setattr(session_run, "run_sessions", fake_run_sessions)
+    argv = ["bench", "--url", "http://127.0.0.1:9", "--sessions", "datacenter", "--dc-rate", "3", "--dc-hours", "0.2"]
+    with pytest.raises(Stop):
+        main([*argv, "--ttft-slo", "1", "--tbt-slo", "0.1", "--no-progress"])
+    trace = seen["cfg"].trace
+    assert trace.has_sessions and len(trace) == round(3 * 0.2 * 3600)  # not the defaults' 100 req/s for 1 h

@@ -43,9 +43,9 @@ class ChatSessionsConfig:
         )
 
 
-def session_trace(source: str, chat: ChatSessionsConfig, n_sessions: int, seed: int) -> Trace:
-    """`chat`: generated sessions; otherwise a named trace (loaded as sessions: SESSION_OPTIONS) or a
-    file, which must carry sessions."""
+def session_trace(source: str, chat: ChatSessionsConfig, n_sessions: int, seed: int, /, **options) -> Trace:
+    """`chat`: generated sessions; otherwise a named trace (loaded as sessions: SESSION_OPTIONS, with
+    its loader's `options`, e.g. the datacenter generator's) or a file, which must carry sessions."""
     if source == CHAT:
         return chat.trace(n_sessions, seed)
     from fluidpd.workload.registry import SESSION_OPTIONS, TRACES, load_trace, session_options
@@ -55,7 +55,7 @@ def session_trace(source: str, chat: ChatSessionsConfig, n_sessions: int, seed: 
             f"trace {source!r} carries no sessions; these do: {', '.join([CHAT, *SESSION_OPTIONS])} "
             f"(or replay it open loop with --trace)"
         )
-    trace = load_trace(source, seed=seed, **(session_options(source) if source in SESSION_OPTIONS else {}))
+    trace = load_trace(source, seed=seed, **(session_options(source) if source in SESSION_OPTIONS else {}), **options)
     if not trace.has_sessions:
         raise ValueError(
             f"trace {source!r} carries no sessions (session ids and think times); "
