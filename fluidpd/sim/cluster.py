@@ -78,6 +78,7 @@ class SimCluster(World):
         self.trace, self.config, self.network = trace, config, network
         self._kv_bytes = kv_bytes or super().kv_bytes
         self._kv_bytes_moved = 0.0
+        self.kv_bytes_cross_node = 0.0  # of those, the bytes sent between nodes (over the NIC)
         self.step_times = list(step_time) if isinstance(step_time, Sequence) else [step_time] * config.n_workers
         self.prefill_kv_fraction = config.prefill_kv_fraction
         self.hold_first_token = config.hold_first_token
@@ -246,7 +247,10 @@ class SimCluster(World):
     def move_kv(self, req: Request, src: WorkerState, dst: WorkerState, need: int, cls: str, done) -> None:
         moved = self.kv_tokens_moved
         super().move_kv(req, src, dst, need, cls, done)
-        self._kv_bytes_moved += self.kv_bytes(self.kv_tokens_moved - moved)
+        nbytes = self.kv_bytes(self.kv_tokens_moved - moved)
+        self._kv_bytes_moved += nbytes
+        if src.node != dst.node:
+            self.kv_bytes_cross_node += nbytes
 
     @property
     def kv_bytes_moved(self) -> float:

@@ -253,7 +253,7 @@ def test_bad_arguments_from_the_shell_exit_2_without_a_traceback():
 def test_every_registered_experiment_is_a_subcommand_with_its_own_help(capsys):
     from fluidpd.cli import main
 
-    assert list(EXPERIMENTS) == ["table1", "table2", "kv", "replan", "calibrate"]
+    assert list(EXPERIMENTS) == ["table1", "table2", "kv", "replan", "calibrate", "scale"]
     for name in EXPERIMENTS:
         module = load(name)
         with pytest.raises(SystemExit) as exc:

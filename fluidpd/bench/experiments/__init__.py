@@ -14,7 +14,7 @@ from fluidpd.core.registry import Registry
 
 # experiment -> its module (fluidpd.bench.experiments.<name>)
 EXPERIMENTS: Registry[str] = Registry("experiment")
-for _name in ("table1", "table2", "kv", "replan", "calibrate"):
+for _name in ("table1", "table2", "kv", "replan", "calibrate", "scale"):
     EXPERIMENTS.add(_name, f"fluidpd.bench.experiments.{_name}")
 
 
