@@ -35,7 +35,8 @@ def write_figures(results: dict, kept: dict, directory: Path) -> list[Path]:
     axes[0].legend(fontsize=7)
     st = results["setting"]
     fig.suptitle(
-        f"same load per GPU ({st['rate_per_gpu']:g} req/s, {st['source']} populations), {st['window_s']:g} s evaluated"
+        f"same load per GPU ({st['rate_per_gpu']:g} req/s, {st['source']} populations), at least "
+        f"{st['window_s']:g} s and {st['min_requests']:,} requests evaluated"
     )
     fig.tight_layout()
     path = directory / "scale.png"
