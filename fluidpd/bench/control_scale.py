@@ -23,7 +23,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fluidpd.core.blockhash import block_hashes
 from fluidpd.core.metrics import Slo
@@ -109,9 +109,14 @@ class ScaleCluster:
         return req
 
 
-def build(policy_name: str, n_workers: int, in_flight: int, scenario: str = "steady", seed: int = 0) -> ScaleCluster:
-    """`n_workers` workers in `policy_name`'s initial roles holding `in_flight` requests (`populate`)."""
+def build(
+    policy_name: str, n_workers: int, in_flight: int, scenario: str = "steady", seed: int = 0, pool_size: int = 0
+) -> ScaleCluster:
+    """`n_workers` workers in `policy_name`'s initial roles holding `in_flight` requests (`populate`);
+    `pool_size`: fluidpd-pools' (0: its default)."""
     s = setup()
+    if pool_size:
+        s.fluid = replace(s.fluid, pool_size=pool_size)
     roofline = s.roofline()
     cfg = PolicyConfig(prefill_batch_tokens=prefill_saturation_tokens(roofline))
     costs = s.costs(roofline)
@@ -196,6 +201,10 @@ class Timings:
     handoff: list[float] = field(default_factory=list)
     admission: list[float] = field(default_factory=list)
     submit: list[float] = field(default_factory=list)  # the runtime's whole arrival path (`Coordinator.submit`)
+    # fluidpd-pools: each pool's tick (one per pool per period), the router tier's cycle and its pick of a pool
+    pool_tick: list[float] = field(default_factory=list)
+    tier_tick: list[float] = field(default_factory=list)
+    tier_route: list[float] = field(default_factory=list)
     cpu: dict[str, list[float]] = field(default_factory=dict)
     arrivals: int = 0  # requests that arrived over the periods churned
     steps: int = 0  # decode steps the workers took over them
@@ -258,7 +267,14 @@ def route(cl: ScaleCluster, timings: Timings) -> None:
     from fluidpd.runtime.admission import estimate_ttft
 
     req = cl.request()
-    timings.time("admission", estimate_ttft, cl, req, cl.prefill_time, getattr(cl.policy, "prefill_scale", 1.0))
+    scale = getattr(cl.policy, "prefill_scale", 1.0)
+    pools = getattr(cl.policy, "pools", None)
+    if pools is None:
+        timings.time("admission", estimate_ttft, cl, req, cl.prefill_time, scale)
+    else:  # the router tier picks a pool; that pool's coordinator admits over its own workers
+        i = timings.time("tier_route", cl.policy.choose_pool, req, cl)
+        sub = PoolCluster(pools[i].view(cl).workers, cl.policy, cl.parked)
+        timings.time("admission", estimate_ttft, sub, req, cl.prefill_time, scale)
     try:
         wid = timings.time("route", cl.policy.route, req, cl)
     except NoRoutableWorker:
@@ -266,9 +282,30 @@ def route(cl: ScaleCluster, timings: Timings) -> None:
     cl.workers[wid].enqueue(req)
 
 
+@dataclass
+class PoolCluster:
+    """What admission reads of one pool (`estimate_ttft`): its workers, the policy, the parked requests."""
+
+    workers: object
+    policy: Policy
+    parked: deque
+
+
 def tick(cl: ScaleCluster, timings: Timings) -> list:
-    """One control cycle of the policy, timed."""
-    return timings.time("tick", cl.policy.tick, cl)
+    """One control cycle of the policy, timed; `fluidpd-pools`: each pool's tick timed on its own (what
+    the pool's core pays), then the router tier's, their sum as the cycle's."""
+    pools = getattr(cl.policy, "pools", None)
+    if pools is None:
+        return timings.time("tick", cl.policy.tick, cl)
+    actions: list = []
+    n0 = len(timings.pool_tick)
+    for i in range(len(pools)):
+        actions += timings.time("pool_tick", cl.policy.tick_pool, i, cl)
+    actions += timings.time("tier_tick", cl.policy.tick_tier, cl)
+    timings.tick.append(sum(timings.pool_tick[n0:]) + timings.tier_tick[-1])
+    cpu = timings.cpu
+    cpu.setdefault("tick", []).append(sum(cpu["pool_tick"][n0:]) + cpu["tier_tick"][-1])
+    return actions
 
 
 def _prefill(cl: ScaleCluster, timings: Timings, sample: int) -> None:

@@ -32,6 +32,8 @@ class FluidConfig:
     queue_order: str = knob(
         LATE_LAST, "prefill queues: fcfs, or late-last (requests already past SLO_TTFT wait behind the rest)"
     )
+    pool_size: int = knob(64, "fluidpd-pools: workers per pool, each with its own control loop")
+    pool_rebalance_s: float = knob(1.0, "fluidpd-pools: seconds between moves of a worker across pools")
     ppi_cap: float = 10.0  # the PPI scan stops here: past it every decision is the same
     history_s: float = 0.1  # PPI/DPI samples kept for timelines
     token: FluidTokenConfig = field(default_factory=FluidTokenConfig)
@@ -48,3 +50,5 @@ class FluidConfig:
             raise ValueError("decode_kv_share must be in (0, 1]")
         if self.ppi_cap <= 0 or self.history_s <= 0 or self.horizon_s <= 0 or self.switch_cost_s < 0:
             raise ValueError("ppi_cap, history_s and horizon_s must be > 0, switch_cost_s >= 0")
+        if self.pool_size < 4 or self.pool_rebalance_s <= 0:
+            raise ValueError("pool_size must be >= 4 and pool_rebalance_s > 0")

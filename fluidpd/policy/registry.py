@@ -11,6 +11,7 @@ from fluidpd.policy.distserve import DistServe
 from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.policy.fluidpd import FluidPD, FluidTokenOnly
 from fluidpd.policy.phases import DecodeOnly, PrefillOnly
+from fluidpd.policy.pools import FluidPDPools
 from fluidpd.policy.static_pd import StaticPD
 
 POLICIES: Registry[type[Policy]] = Registry("policy")
@@ -22,6 +23,7 @@ for _cls in (
     DistServe,
     FluidTokenOnly,
     FluidPD,
+    FluidPDPools,
     PrefillOnly,
     DecodeOnly,
 ):
