@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from fluidpd.core.request import Request
 from fluidpd.policy.fluidtoken import FluidToken
-from fluidpd.policy.routing import candidates
+from fluidpd.policy.routing import candidates, most_room
 from fluidpd.policy.view import ClusterView, Role, WorkerView, blocks_for
 
 KV_AFFINITY = "kv-affinity"
@@ -71,22 +71,23 @@ class KvAffinity:
     ) -> WorkerView:
         """The decode worker for `req`: the least loaded (most free KV, static-pd's rule), unless another
         with room and slack holds most of its context that one lacks (a session's; a prefix every
-        worker shares is no reason to load one more). `hits`, `loads`: filled with each worker's cached
-        tokens of `req` and the seconds loading them from its host tier takes."""
+        worker shares is no reason to load one more). `hits`, `loads`: filled with the cached tokens of
+        `req` on each worker holding some, and the seconds loading them from its host tier takes (a
+        worker not there holds none)."""
         hits = {} if hits is None else hits
         loads = {} if loads is None else loads
         pool = candidates(view.workers, Role.DECODE)
         need = blocks_for(req.prompt_len + req.output_len, pool[0].block_size)
         best, best_key = None, (0, 0)
-        for w in pool:
+        for w in pool if req.block_hashes else ():  # (no block ids: nothing is cached anywhere)
             hit, loads[w.id] = self.hit(w, req)
             hits[w.id] = hit
             blocks = hit // w.block_size
             room = w.free_blocks - w.pull_blocks_pending
             if blocks and room >= need - blocks and (blocks, room) > best_key and self.token.slack(w) > 0:
                 best, best_key = w, (blocks, room)
-        least = min(pool, key=lambda w: (-(w.free_blocks - w.pull_blocks_pending), w.num_decoding, w.id))
-        if best is not None and 2 * (hits[best.id] - hits[least.id]) >= req.prompt_len:
+        least = most_room(pool)
+        if best is not None and 2 * (hits[best.id] - hits.get(least.id, 0)) >= req.prompt_len:
             return best
         return least
 
@@ -94,17 +95,22 @@ class KvAffinity:
         hits: dict[int, int] = {}
         loads: dict[int, float] = {}
         d = self.decode_for(req, view, hits, loads)
-        move_s = self.move_s_per_token * (req.prompt_len - hits[d.id])
+        move_s = self.move_s_per_token * (req.prompt_len - hits.get(d.id, 0))
         best, best_s, most = -1, math.inf, 0
-        pair_s = self.token.attn_pair_s
+        pair_s, target, hashed = self.token.attn_pair_s, req.prefill_target, bool(req.block_hashes)
+        b = max(1, self.batch_tokens())
+        batch_s, uncached_s = self.prefill_work(b), self.prefill_work(target)  # (`queue_s`'s, hoisted)
         for p in candidates(view.workers, Role.PREFILL):
-            hit, load_s = self.hit(p, req)
+            hit, load_s = self.hit(p, req) if hashed else (0, 0.0)
             most = max(most, hit)
-            new = req.prefill_target - hit
-            t = self.queue_s(p) + load_s + self.prefill_work(new) + pair_s * new * hit + move_s
+            new = target - hit
+            q = p.queued_uncached
+            work = self.prefill_work(new) if hit else uncached_s
+            t = (q * batch_s / b if q else 0.0) + load_s + work + pair_s * new * hit + move_s
             if t < best_s:
                 best, best_s = p.id, t
-        if hits[d.id] >= most and loads[d.id] + self.on_decode_s(req, d, hits[d.id]) <= best_s:
+        d_hit = hits.get(d.id, 0)
+        if d_hit >= most and loads.get(d.id, 0.0) + self.on_decode_s(req, d, d_hit) <= best_s:
             self.on_decode += 1
             return d.id
         return best

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fluidpd.policy.routers.base import Router, outstanding
+from fluidpd.policy.routers.base import Router
+from fluidpd.policy.routing import least_of, lowest_id
 
 
 class LeastLoaded(Router):
@@ -12,7 +13,8 @@ class LeastLoaded(Router):
     imitates = "least outstanding requests"
 
     def pick(self, req, pool, view):
-        return min(pool, key=lambda w: (outstanding(w), w.id))
+        loads = [len(w.queue) + w.num_decoding + w.num_held for w in pool]  # (`outstanding`, inlined)
+        return lowest_id(least_of(pool, loads))
 
 
 class ShortestQueue(Router):
