@@ -94,6 +94,10 @@ class Policy:
     def plan_step(self, worker: WorkerView, view: ClusterView) -> StepPlan:
         raise NotImplementedError
 
+    def serving_view(self, req: Request, view: ClusterView) -> ClusterView:
+        """The part of the cluster `route` would place `req` in (what admission estimates over)."""
+        return view
+
     def handoff(self, req: Request, worker: WorkerView, view: ClusterView) -> int | None:
         """Where a just-prefilled request decodes: a decode worker id, or None to stay."""
         return None

@@ -160,6 +160,10 @@ class FluidPDPools(Policy):
             self.block_size = view.workers[0].block_size
         return self.router_tier.pick(req, self.block_size)
 
+    def serving_view(self, req, view: ClusterView) -> PoolView:
+        """The pool the router tier would pick: admission estimates over its workers only."""
+        return self.pools[self.choose_pool(req, view)].view(view)
+
     def route(self, req, view):
         first = self.choose_pool(req, view)
         try:

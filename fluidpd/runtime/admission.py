@@ -43,11 +43,12 @@ class TtftEstimate:
 
 
 def estimate_ttft(cluster, req: Request, prefill_time, scale: float = 1.0) -> TtftEstimate:
-    """`req`'s TtftEstimate over the routable workers that prefill prompts (inf when none is)."""
-    pool = [w for w in prompt_pool(cluster) if w.routable]
+    """`req`'s TtftEstimate over the routable workers that prefill prompts, in the part of the cluster
+    the policy would place it in (`Policy.serving_view`: a pool of `fluidpd-pools`); inf when none is."""
+    pol = cluster.policy
+    pool = [w for w in prompt_pool(pol.serving_view(req, cluster)) if w.routable]
     if not pool:
         return TtftEstimate(float("inf"), float("inf"))
-    pol = cluster.policy
     parked = [r.prefill_remaining for r in cluster.parked]
     best: TtftEstimate | None = None
     for w in pool:

@@ -101,3 +101,16 @@ def test_no_routable_worker_is_overload_and_the_hard_limit_is_its_own_error():
         admit(TtftEstimate(own_s=6.0, queue_s=0.0), SLO, FACTOR, max_prefill_s=5.0)
     assert e.value.code == "prefill_limit_exceeded"
     admit(TtftEstimate(own_s=5.0, queue_s=0.0), SLO, 0.0, max_prefill_s=5.0)
+
+
+def test_the_estimate_covers_only_the_part_of_the_cluster_the_policy_would_serve_the_request_in():
+    class OnlyWorker1(StaticPD):
+        def serving_view(self, req, view):  # as fluidpd-pools answers with the pool its router tier picks
+            return Cluster([view.workers[1]])
+
+    c = cluster(prefill_workers=2)
+    c.workers[1].enqueue(request(0, list(range(300))))
+    req = request(1, list(range(5000, 5100)))
+    assert estimate(c, req).queue_s == 0  # worker 0 is idle
+    c.policy = OnlyWorker1(PolicyConfig(prefill_batch_tokens=64))
+    assert estimate(c, req).queue_s == pytest.approx(S_PER_TOKEN * 300)  # only worker 1's queue counts

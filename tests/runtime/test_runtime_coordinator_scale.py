@@ -30,3 +30,14 @@ def test_a_steady_coordinator_over_256_fake_workers_stays_balanced():
     assert len(stats.timings.tick) >= 2 and stats.submitted > 0
     assert policy.state == BALANCED and policy.pressure.ppi < 1.0 and not policy.transitions
     assert policy.token.borrowed == 0
+
+
+def test_the_runtime_coordinator_runs_fluidpd_pools_and_each_pool_decides_over_its_own_workers():
+    coord, stats = asyncio.run(drive(256, 1.5, per_worker=10, scenario="burst", sample=2, policy="fluidpd-pools"))
+    cl = coord.cluster
+    policy = cl.policy
+    assert [len(p.ids) for p in policy.pools] == [64] * 4
+    assert len(stats.timings.tick) >= 2 and stats.submitted > 0 and stats.refused == 0
+    for pool in policy.pools:  # every pool's own FluidPD ticked over its sub-view and saw the burst
+        assert pool.policy.history and max(ppi for _, ppi, _, _ in pool.policy.history) > 1.0
+    assert sum(p.policy.token.borrowed for p in policy.pools) > 0  # FluidToken borrowed within pools
