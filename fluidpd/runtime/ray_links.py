@@ -6,7 +6,7 @@ is on, and how fast KV crosses between two nodes.
 the other), median of `repeats`; with `collective=True` also through a `ray.util.collective` gloo
 group (send/recv of the same bytes), the other path the issue weighed. Serving uses the object
 store: a gloo group is one fixed world per process (torch.distributed), so a replaced worker could
-not rejoin it; `benchmarks/ray_kv_transfer.py` prints both. `ray_placement` is what `fluidpd serve
+not rejoin it; `benchmarks/runtime/ray_kv_transfer.py` prints both. `ray_placement` is what `fluidpd serve
 --backend ray` starts with (its `--placement auto` reads the links); `cluster_links` is what
 `fluidpd place --ray-address` measures.
 """

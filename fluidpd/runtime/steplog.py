@@ -1,5 +1,5 @@
 """The per-step log of the serving runtime: one JSON line per engine step, for checking a latency
-model against what the real runtime did (`benchmarks/sim_fidelity.py`).
+model against what the real runtime did (`benchmarks/simulation/sim_fidelity.py`).
 
 Each line holds the step's worker, kind and StepShape, how many workers were running a step when
 it was sent, the engine's own time for it (`engine_s`, `run_step` inside the worker), the wall time

@@ -38,9 +38,9 @@ def test_the_coordinator_run_prints_whether_the_cycle_holds(monkeypatch, capsys,
     monkeypatch.setattr(sys, "argv", argv)
     load("coordinator_scale").main()
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last.startswith("coordinator at 16 fake workers (steady): tick p99 ") and "the 10 ms cycle" in last
+    assert last.startswith("fluidpd at 16 fake workers (steady): tick p99 ") and "the 10 ms cycle" in last
     (row,) = json.loads((tmp_path / "coordinator_scale.json").read_text())
-    assert row["cycles"] >= 2 and row["state"] == "balanced"
+    assert row["cycles"] >= 2 and row["state"] == "balanced" and row["policy"] == "fluidpd" and row["pools"] == 1
 
 
 @pytest.mark.parametrize(

@@ -1,20 +1,14 @@
 """runtime_table1.py's shifting regime: the phase_shift window it writes and evaluates."""
 
-import sys
-
 import pytest
-from benchscript import BENCHMARKS, load
+from benchscript import load
 
 from fluidpd.bench.capacity import Window
 
 
 @pytest.fixture(scope="module")
 def runtime_table1():
-    sys.path.insert(0, str(BENCHMARKS))  # it imports sim_fidelity, its sibling
-    try:
-        yield load("runtime_table1")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return load("runtime_table1")  # it puts benchmarks/simulation/ on sys.path for sim_fidelity
 
 
 def test_the_phase_shift_window_is_the_fifth_cycle_with_the_fourth_as_its_history(runtime_table1, tmp_path):

@@ -1,4 +1,4 @@
-"""A served session replay as a simulator trace (benchmarks/prefix_cache_fidelity.py): prompts rebuilt
+"""A served session replay as a simulator trace (benchmarks/simulation/prefix_cache_fidelity.py): prompts rebuilt
 from the messages sent, answers' ids, block hashes of prompt + answer, sessions and think times."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""benchmarks/sim_host_tier.py on a short Mooncake window: the hit rate split by tier adds up, a host
+"""benchmarks/simulation/sim_host_tier.py on a short Mooncake window: the hit rate split by tier adds up, a host
 tier turns misses into host hits, and nothing passes the oracle."""
 
 from benchscript import load

@@ -1,4 +1,4 @@
-"""benchmarks/sim_kv_claude_code.py's goodput search: chunked-late-last is searched and counted among
+"""benchmarks/simulation/sim_kv_claude_code.py's goodput search: chunked-late-last is searched and counted among
 the chunked baselines fluidpd is held against (simulations replaced by fixed attainments)."""
 
 from benchscript import load

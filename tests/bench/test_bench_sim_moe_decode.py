@@ -1,4 +1,4 @@
-"""benchmarks/sim_moe_decode.py: its rows and its fit check."""
+"""benchmarks/simulation/sim_moe_decode.py: its rows and its fit check."""
 
 import pytest
 from benchscript import load

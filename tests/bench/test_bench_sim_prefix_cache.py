@@ -1,4 +1,4 @@
-"""benchmarks/sim_prefix_cache.py's routing bound on a few simulated Claude Code sessions (the script's
+"""benchmarks/simulation/sim_prefix_cache.py's routing bound on a few simulated Claude Code sessions (the script's
 infinite cache must keep following PrefixCache's interface: it failed once when release gained a flag)."""
 
 from benchscript import load

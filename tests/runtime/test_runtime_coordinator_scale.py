@@ -1,6 +1,6 @@
 """The runtime's coordinator over 256 fake workers (no engines, no processes) runs its control cycle
 and decides (issue 54, ask 5). What it decides is checked, never how fast: timings are
-benchmarks/coordinator_scale.py's."""
+benchmarks/runtime/coordinator_scale.py's."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def test_the_only_prefill_worker_dies_and_requests_wait_for_its_replacement(setu
 
 def test_a_hung_worker_is_lost_by_its_heartbeat(setup):
     """SIGSTOP of a decode worker in the middle of its steps: the heartbeat (answered beside a step)
-    catches it; the step timeout, set out of reach, cannot. (How soon: benchmarks/hung_worker.py.)"""
+    catches it; the step timeout, set out of reach, cannot. (How soon: benchmarks/runtime/hung_worker.py.)"""
     _, _, ids, expected = setup
     coord = coordinator(setup, "static-pd", heartbeat_timeout_s=5.0, step_timeout_s=3600.0)
     stopped = []

@@ -1,6 +1,6 @@
 """Heavy input: a body over the limit is a 413 read no further; a maximal body is parsed off the
 event loop and a prompt that cannot fit max_model_len is refused before tokenising, so /health keeps
-answering meanwhile (how fast: benchmarks/health_under_load.py). (/tokenize tokenises whatever it
+answering meanwhile (how fast: benchmarks/runtime/health_under_load.py). (/tokenize tokenises whatever it
 is sent, off the loop: `fluidpd bench` cuts its prompts from a long corpus that way.)"""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ import pytest
 from fluidpd.workload import fixed_lengths, load_azure, phase_shift, resample, sample_lengths, synthetic
 
 
-def test_million_request_trace():  # its build time is part of benchmarks/sim_speed.py
+def test_million_request_trace():  # its build time is part of benchmarks/simulation/sim_speed.py
     t = synthetic(1_000_000, 200.0, ("lognormal", 1024, 1.0, 32_000), ("uniform", 1, 512), seed=0)
     assert len(t) == 1_000_000 and t.mean_rate == pytest.approx(200.0, rel=0.01)
     assert t.prompt_len.mean() == pytest.approx(1024, rel=0.02) and t.prompt_len.max() <= 32_000

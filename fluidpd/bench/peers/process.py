@@ -19,6 +19,26 @@ PR_SET_PDEATHSIG = 1
 SERVE = [sys.executable, "-m", "fluidpd.cli", "serve", "--no-profile-cache"]
 
 
+class ServerStartError(RuntimeError):
+    """A server that never became ready: `reason` says why in a few words (killed by SIGILL (Illegal
+    instruction), exited with 3, not ready within 600 s); the message adds its log's last lines."""
+
+    def __init__(self, name: str, reason: str, log_path: Path, tail: list[str]):
+        self.name, self.reason, self.log_path = name, reason, log_path
+        super().__init__(f"{name} {reason} before it was ready; log {log_path}:\n" + "\n".join(tail))
+
+
+def exit_reason(returncode: int) -> str:
+    """`exited with N`, or `killed by SIGILL (Illegal instruction)` for a process a signal ended."""
+    if returncode >= 0:
+        return f"exited with {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        return f"killed by signal {-returncode}"
+    return f"killed by {name} ({signal.strsignal(-returncode)})"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,10 +73,7 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 tail = self.log_path.read_text(errors="replace").splitlines()[-5:]
-                raise RuntimeError(
-                    f"{self.name} exited with {self.proc.returncode} before it was ready; log {self.log_path}:\n"
-                    + "\n".join(tail)
-                )
+                raise ServerStartError(self.name, exit_reason(self.proc.returncode), self.log_path, tail)
             try:
                 if httpx.get(self.url + "/health", timeout=5).status_code == 200:
                     return
@@ -64,7 +81,8 @@ class ServerProcess:
                 pass
             time.sleep(0.25)
         self.stop()
-        raise TimeoutError(f"{self.name} was not ready within {self.ready_timeout_s:.0f} s; log {self.log_path}")
+        tail = self.log_path.read_text(errors="replace").splitlines()[-5:]
+        raise ServerStartError(self.name, f"was not ready within {self.ready_timeout_s:.0f} s", self.log_path, tail)
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

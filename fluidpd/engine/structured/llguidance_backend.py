@@ -1,6 +1,6 @@
 """The llguidance backend: JSON Schema, regex, choice and Lark/GBNF grammars compiled for our tokenizer.
 
-Chosen by measurement (benchmarks/structured_outputs_choice.py): it enforces more JSON Schema features than
+Chosen by measurement (benchmarks/engine/structured_outputs_choice.py): it enforces more JSON Schema features than
 xgrammar, refuses what it does not implement instead of ignoring it, and imports no torch, so the server
 validates grammars with it. Importing this module loads no torch either; only `mask` uses it."""
 
