@@ -1,16 +1,35 @@
-"""The package structure: no import cycles, packages depend top-down, pure packages stay pure.
+"""The package structure: no import cycles, packages depend top-down, pure packages stay pure,
+functions stay short, and docs/images/packages.png shows the packages' imports as they are.
 
-Every import counts, at module level or inside a function (what runs lazily still runs), except
-those under `if TYPE_CHECKING:`. `from pkg import name` depends on the module `pkg.name` when it is
-one, else on `pkg` itself (its __init__); a module's own parent packages are not dependencies.
+The import graph is scripts/import_graph.py's (one parser for the checks and the picture): every
+import counts, at module level, inside a function (what runs lazily still runs) and under
+`if TYPE_CHECKING:` (a cycle through annotations is still two modules that each need the other;
+a protocol or a module both import takes the place of such an import). `from pkg import name`
+depends on the module `pkg.name` when it is one, else on `pkg` itself (its __init__); a module's
+own parent packages are not dependencies.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1] / "fluidpd"
+
+def _script():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "import_graph.py"
+    spec = importlib.util.spec_from_file_location("import_graph", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("import_graph", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+IG = _script()
+ROOT, MODULES, imports, top = IG.ROOT, IG.MODULES, IG.imports, IG.package
+GRAPH = IG.module_graph()
 # package -> the packages it may import (besides itself); read top-down: cli and bench on top
 ALLOWED = {
     "core": set(),
@@ -30,80 +49,23 @@ ALLOWED = {
 ALLOWED["bench"] = {p for p in ALLOWED if p not in ("bench", "cli")}
 ALLOWED["cli"] = ALLOWED["bench"] | {"bench"}
 PURE = ("core", "specs", "latency", "workload", "policy", "world", "sim", "placement")  # no torch, no engine
-
-
-def module_name(path: Path) -> str:
-    parts = ["fluidpd", *path.relative_to(ROOT).with_suffix("").parts]
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
-
-
-def _type_checking(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
-def imports(name: str) -> set[str]:
-    """Every module (of fluidpd, or external top-level) that module `name` imports."""
-    path = MODULES[name]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    stack: list[ast.AST] = [ast.parse(path.read_text())]
-    while stack:
-        node = stack.pop()
-        if _type_checking(node):
-            continue
-        stack.extend(ast.iter_child_nodes(node))
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(
-                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
-                )
-            for a in node.names:
-                found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
-    return found
-
-
-GRAPH = {m: {i for i in imports(m) if i in MODULES and not m.startswith(i + ".")} - {m} for m in MODULES}
-
-
-def top(module: str) -> str:
-    return module.split(".")[1] if module.count(".") else ""
+# a function (def line to its last line, docstring included) longer than this is split along its steps
+MAX_FUNCTION_LINES = 60
+LONG_FUNCTIONS: dict[str, str] = {}  # "module:function" -> why it stays long (keep this tiny)
 
 
 def test_no_import_cycles():
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    cycles: list[list[str]] = []
+    found = IG.cycles(GRAPH)
+    assert not found, (
+        "import cycles (move what both need to a module both import, or read it through a protocol):\n"
+        + "\n".join(" <-> ".join(c) for c in found)
+    )
 
-    def visit(v: str) -> None:  # Tarjan's strongly connected components
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in GRAPH[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                cycles.append(sorted(comp))
 
-    for m in sorted(GRAPH):
-        if m not in index:
-            visit(m)
-    assert not cycles, f"import cycles: {cycles}"
+def test_the_cycle_finder_finds_cycles():
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e2"}, "e2": {"e"}, "f": {"d"}}
+    assert sorted(IG.cycles(g)) == [["a", "b", "c"], ["e", "e2"]]
+    assert IG.cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_packages_depend_top_down():
@@ -131,4 +93,27 @@ def test_pure_packages_never_import_torch_or_the_engine():
 def test_the_checker_sees_lazy_and_relative_imports():
     assert "fluidpd.engine.engine" in GRAPH["fluidpd.runtime.build"]  # imported inside a function
     assert "fluidpd.core.registry" in GRAPH["fluidpd.policy.registry"]
-    assert "fluidpd.policy.fluidconfig" not in GRAPH["fluidpd.policy.base"]  # TYPE_CHECKING only
+    assert "fluidpd.policy.fluidconfig" in GRAPH["fluidpd.policy.base"]  # under TYPE_CHECKING
+
+
+def _functions():
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno is not None
+                yield f"{name}:{node.name}", node.end_lineno - node.lineno + 1
+
+
+def test_functions_are_short():
+    long = {f: n for f, n in _functions() if n > MAX_FUNCTION_LINES}
+    bad = [f"{f}: {n} lines" for f, n in sorted(long.items()) if f not in LONG_FUNCTIONS]
+    assert not bad, f"functions over {MAX_FUNCTION_LINES} lines (split them along their steps):\n" + "\n".join(bad)
+    assert not set(LONG_FUNCTIONS) - set(long), "LONG_FUNCTIONS lists a function that is no longer long"
+
+
+def test_the_package_picture_is_the_source_s():
+    assert IG.drawn_edges() == IG.package_edges(GRAPH), (
+        "docs/images/packages.png is stale: run python scripts/import_graph.py"
+    )
+    assert IG.OUT.stat().st_size <= 150 * 1024
+    assert ("cli", "bench") in IG.package_edges(GRAPH) and ("core", "engine") not in IG.package_edges(GRAPH)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from fluidpd.engine.kvstore.shm import default_dir
-from fluidpd.runtime.transport.shm import SHM_DIR, leftover_segments
+from fluidpd.runtime.transport.shm_segment import SHM_DIR, leftover_segments
 
 
 def _stat(pid: int) -> tuple[str, int] | None:

@@ -28,7 +28,7 @@ def register(sub) -> None:
     from fluidpd.bench.loadgen.run import BenchConfig
     from fluidpd.bench.loadgen.session_run import SessionReplayConfig
     from fluidpd.bench.loadgen.session_source import CHAT, ChatSessionsConfig
-    from fluidpd.workload.datacenter import DatacenterConfig
+    from fluidpd.workload.datacenter_config import DatacenterConfig
     from fluidpd.workload.registry import TRACES
 
     p = sub.add_parser(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from fluidpd.sim.goodput import goodput_rate_scale
 from fluidpd.sim.run import Setup, SimResult, simulate
 from fluidpd.specs.hardware import HARDWARE_NAMES, get_hardware
 from fluidpd.specs.models import DTYPES, MODEL_NAMES, get_model
-from fluidpd.workload.datacenter import DatacenterConfig
+from fluidpd.workload.datacenter_config import DatacenterConfig
 from fluidpd.workload.registry import SESSION_OPTIONS, TRACES, load_trace, session_options, trace_flags
 from fluidpd.workload.trace import Trace
 
@@ -112,46 +113,14 @@ def run(args) -> int:
         args.chunk_budget = PolicyConfig().chunk_budget
     setup = setup_from_args(args)
     setup.roofline().kv_blocks(setup.sim.block_size)  # fails early if the weights don't fit
-    sessions = session_options(args.trace) if args.sessions else {}
-    base = load_trace(args.trace, seed=args.seed, **sessions, **trace_flags(args.trace, args))
-    if args.samples > 1 or args.constrained:
-        base = base.sampled(args.samples, args.constrained, args.seed)
-    if args.start < 0:
-        raise ValueError(f"--start must be >= 0, got {args.start}")
-
-    def window(x: float) -> Trace:
-        scaled = base.scale_rate(x)
-        if not args.start and not args.duration:
-            return scaled
-        return scaled.window(args.start, args.duration or max(scaled.duration_s - args.start, 0.0) + 1e-6)
-
+    base = _base_trace(args)
+    window = functools.partial(_window, base, args)
     trace = window(args.rate_scale)
     if len(trace) == 0:
         raise ValueError("the trace window holds no requests")
-    history = None
-    if args.placement:
-        history = base.scale_rate(args.rate_scale).window(max(0.0, args.start - args.history), args.history)
-        k, how = placed_split(args.placement, history if args.start > 0 else None, setup)
-        setup.policy.prefill_workers = k
-        print(f"placement: {k}P:{setup.sim.n_workers - k}D ({how})", file=sys.stderr)
-    setups = dict.fromkeys(policies, setup)
-    for name in ("chunked", "chunked-late-last"):
-        if history is not None and args.placement == "auto" and name in policies and not budget_given:
-            b, how = placed_budget(history, setup, name)
-            setups[name] = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, chunk_budget=b))
-            print(f"{name} chunk budget: {b} ({how})", file=sys.stderr)
-    results, rows = [], []
+    setups = _placed_setups(args, base, setup, policies, budget_given)
     traces = args.trace_requests.open("w") if args.trace_requests else None
-    for name in policies:
-        result = run_policy(trace, name, setups[name], before_run=traces and request_timelines(traces, name))
-        row = result.row()
-        if args.goodput:
-            row["goodput_rate_scale"] = goodput_rate_scale(
-                lambda x, name=name: simulate(window(x), name, setups[name]).summary["attainment"],
-                start=args.rate_scale,
-            )
-        results.append(result)
-        rows.append(row)
+    results, rows = _simulate_policies(args, trace, policies, setups, window, traces)
     title = (
         f"{args.trace} x{args.rate_scale:g}: {len(trace)} requests, {args.n_workers} x {args.gpu} "
         f"{args.model} {args.dtype}, SLO TTFT {args.ttft_slo}s TBT {args.tbt_slo * 1e3:g}ms"
@@ -164,6 +133,60 @@ def run(args) -> int:
     if args.plot:
         write_plots(results, setup.slo, args.plot)
     return 0
+
+
+def _base_trace(args) -> Trace:
+    """--trace as loaded (sessions, samples and constrained outputs applied), before rate scaling."""
+    sessions = session_options(args.trace) if args.sessions else {}
+    base = load_trace(args.trace, seed=args.seed, **sessions, **trace_flags(args.trace, args))
+    if args.samples > 1 or args.constrained:
+        base = base.sampled(args.samples, args.constrained, args.seed)
+    if args.start < 0:
+        raise ValueError(f"--start must be >= 0, got {args.start}")
+    return base
+
+
+def _window(base: Trace, args, x: float) -> Trace:
+    """The evaluated window (--start, --duration) of `base` at rate scale `x`."""
+    scaled = base.scale_rate(x)
+    if not args.start and not args.duration:
+        return scaled
+    return scaled.window(args.start, args.duration or max(scaled.duration_s - args.start, 0.0) + 1e-6)
+
+
+def _placed_setups(args, base: Trace, setup: Setup, policies: list[str], budget_given: bool) -> dict[str, Setup]:
+    """Each policy's setup: --placement's split (into `setup`), and with auto chunked's tuned budget."""
+    history = None
+    if args.placement:
+        history = base.scale_rate(args.rate_scale).window(max(0.0, args.start - args.history), args.history)
+        k, how = placed_split(args.placement, history if args.start > 0 else None, setup)
+        setup.policy.prefill_workers = k
+        print(f"placement: {k}P:{setup.sim.n_workers - k}D ({how})", file=sys.stderr)
+    setups = dict.fromkeys(policies, setup)
+    for name in ("chunked", "chunked-late-last"):
+        if history is not None and args.placement == "auto" and name in policies and not budget_given:
+            b, how = placed_budget(history, setup, name)
+            setups[name] = dataclasses.replace(setup, policy=dataclasses.replace(setup.policy, chunk_budget=b))
+            print(f"{name} chunk budget: {b} ({how})", file=sys.stderr)
+    return setups
+
+
+def _simulate_policies(
+    args, trace: Trace, policies: list[str], setups: dict[str, Setup], window, traces
+) -> tuple[list, list]:
+    """(results, table rows) of each policy on `trace`; with --goodput its rate scale at 90% attainment."""
+    results, rows = [], []
+    for name in policies:
+        result = run_policy(trace, name, setups[name], before_run=traces and request_timelines(traces, name))
+        row = result.row()
+        if args.goodput:
+            row["goodput_rate_scale"] = goodput_rate_scale(
+                lambda x, name=name: simulate(window(x), name, setups[name]).summary["attainment"],
+                start=args.rate_scale,
+            )
+        results.append(result)
+        rows.append(row)
+    return results, rows
 
 
 def request_timelines(out, policy: str):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fluidpd.core.knobs import knob
+from fluidpd.engine.model_source import resolve_model
 
 if TYPE_CHECKING:
     import torch
@@ -224,8 +225,6 @@ class EngineConfig:
     @property
     def checkpoint_format(self) -> str | None:
         """The load format `model` resolves to (None: it does not exist)."""
-        from fluidpd.engine.model_source import resolve_model
-
         try:
             return resolve_model(self.model, self.load_format)[1]
         except (FileNotFoundError, ValueError):

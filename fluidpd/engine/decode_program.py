@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -24,7 +24,10 @@ from fluidpd.engine.layer_ops import KV_WRITERS, FusedLayerOps, OpsStep
 if TYPE_CHECKING:
     from fluidpd.engine.arena import KVArena
     from fluidpd.engine.attention_meta import AttentionMetadata
-    from fluidpd.engine.model import LlamaModel
+    from fluidpd.engine.decoder_layer import DecoderLayer
+    from fluidpd.engine.layer_ops import LayerOps
+    from fluidpd.engine.model_config import ModelConfig
+    from fluidpd.engine.paged_attention import PagedDecodeAttention
 
 _p, _i64, _f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
@@ -54,6 +57,15 @@ class _Step(ctypes.Structure):
     ]  # fmt: skip
 
 
+class DecodeModel(Protocol):
+    """What a program reads of its model (`fluidpd.engine.model.LlamaModel`, which builds one)."""
+
+    config: ModelConfig
+    ops: LayerOps
+    paged: PagedDecodeAttention | None
+    layers: list[DecoderLayer]
+
+
 def _addr(fn) -> int:
     return ctypes.cast(fn, _p).value or 0
 
@@ -61,7 +73,7 @@ def _addr(fn) -> int:
 class DecodeProgram:
     """The layers of a decode-only step in one C call, over one model's weights (any arena)."""
 
-    def __init__(self, model: LlamaModel) -> None:
+    def __init__(self, model: DecodeModel) -> None:
         cfg, ops, paged = model.config, model.ops, model.paged
         assert isinstance(ops, FusedLayerOps) and paged is not None
         lib = load("decode_step")
@@ -85,7 +97,7 @@ class DecodeProgram:
         self.hidden = cfg.hidden_size
 
     @staticmethod
-    def for_model(model: LlamaModel) -> DecodeProgram | None:
+    def for_model(model: DecodeModel) -> DecodeProgram | None:
         """The program for `model`, or None where a piece of its layer is not a C kernel."""
         if (
             not isinstance(model.ops, FusedLayerOps)

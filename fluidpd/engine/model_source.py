@@ -10,10 +10,9 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from fluidpd.engine.config import EngineConfig
     from fluidpd.engine.tokenizer import Tokenizer
 
 # dummy (random) weights in these shapes need no files (`fluidpd.engine.loaders.dummy`)
@@ -133,7 +132,15 @@ def resolve_model(model: str, load_format: str) -> tuple[str, str]:
     raise FileNotFoundError(f"no *.safetensors or single *.gguf in directory {model!r}")
 
 
-def load_tokenizer(config: EngineConfig) -> Tokenizer | None:
+class ModelFiles(Protocol):
+    """What `load_tokenizer` reads of a config (`fluidpd.engine.config.EngineConfig`, which imports this module)."""
+
+    model: str
+    load_format: str
+    tokenizer: str | None
+
+
+def load_tokenizer(config: ModelFiles) -> Tokenizer | None:
     """The tokenizer `load_model(config)` gives (None: the model has none), read from the same
     source: `config.tokenizer` when set, else the GGUF's metadata, else the tokenizer.json beside
     the checkpoint (a dummy model: beside its config.json, or its GGUF; a preset has none)."""

@@ -11,7 +11,7 @@ from fluidpd.policy.stepplan import on_time_first
 from fluidpd.policy.view import ClusterView, Role, WorkerView, blocks_for
 
 if TYPE_CHECKING:
-    from fluidpd.policy.fluidtoken import FluidTokenConfig
+    from fluidpd.policy.fluidtoken_config import FluidTokenConfig
 
 
 class Borrowing:

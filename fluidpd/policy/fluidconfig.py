@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from fluidpd.core.knobs import knob
 from fluidpd.policy.fluidrole import FluidRoleConfig
-from fluidpd.policy.fluidtoken import FluidTokenConfig
+from fluidpd.policy.fluidtoken_config import FluidTokenConfig
 
 FCFS, LATE_LAST = "fcfs", "late-last"
 

@@ -44,7 +44,7 @@ from fluidpd.policy.view import ClusterView, Role, WorkerView
 
 if TYPE_CHECKING:
     from fluidpd.policy.fluidconfig import FluidConfig
-    from fluidpd.policy.pools import Pool
+    from fluidpd.policy.pool import Pool
 
 
 @dataclass(slots=True)

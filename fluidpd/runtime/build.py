@@ -67,48 +67,18 @@ def build_coordinator(
     from fluidpd.runtime.backend import make_worker
 
     log = log or _stderr
-    t0 = time.perf_counter()
     shared: dict = {}
-    if runtime.backend == "inprocess":
-        from fluidpd.engine.model_loading import load_model
-
-        shared["model"], shared["tokenizer"] = load_model(config)
-        tokenizer = shared["tokenizer"]
-    else:
-        from fluidpd.engine.model_source import load_tokenizer
-
-        tokenizer = load_tokenizer(config)
-    if tokenizer is None:
-        raise ValueError(f"serving needs a tokenizer: {config.model} has none (pass --tokenizer)")
-    load_s = time.perf_counter() - t0
-    _release_heap()  # what reading the GGUF's metadata (or the checkpoint) left on the heap
-    threads = runtime.worker_threads
-    release = None
+    tokenizer, load_s = _load_tokenizer(config, runtime, shared)
+    threads, release = runtime.worker_threads, None
     if runtime.backend == "ray":
-        from fluidpd.runtime.ray_links import ray_placement
-
-        gpus = str(config.device).startswith("cuda")
-        shared["placement"] = placement or ray_placement(runtime, gpus, log)[0]
-        release = shared["placement"].remove
-        threads = runtime.threads  # 0: each actor splits its node's cores between the workers there
+        threads, release = _place_ray(config, runtime, placement, log, shared)
     config = with_kv_store(config, runtime, log)
 
     def spawn(i: int):
         return make_worker(runtime.backend, i, config, num_threads=threads, **shared)
 
     backends = [spawn(i) for i in range(runtime.workers)]
-    try:
-        first = _start(backends, runtime, runtime.backend == "inprocess", log, load_s, config, profile)
-    except BaseException:  # e.g. a max_model_len no worker holds: nothing of the start stays behind
-        for b in backends:
-            b.close()
-        if release is not None and placement is None:
-            release()
-        if config.kv_store:
-            from fluidpd.engine.kvstore.shm import SharedKVStore
-
-            SharedKVStore.unlink(config.kv_store)
-        raise
+    first = _start_or_undo(backends, runtime, log, load_s, config, profile, release if placement is None else None)
     return Coordinator(
         backends,
         tokenizer,
@@ -127,6 +97,55 @@ def build_coordinator(
         kv_store_bytes=config.kv_store_bytes,
         compute_slots=compute_slots(runtime, config, threads),
     )
+
+
+def _load_tokenizer(config, runtime: RuntimeConfig, shared: dict) -> tuple:
+    """(the tokenizer clients' text goes through, seconds it took); the in-process backend loads the
+    model here too (into `shared`)."""
+    t0 = time.perf_counter()
+    if runtime.backend == "inprocess":
+        from fluidpd.engine.model_loading import load_model
+
+        shared["model"], shared["tokenizer"] = load_model(config)
+        tokenizer = shared["tokenizer"]
+    else:
+        from fluidpd.engine.model_source import load_tokenizer
+
+        tokenizer = load_tokenizer(config)
+    if tokenizer is None:
+        raise ValueError(f"serving needs a tokenizer: {config.model} has none (pass --tokenizer)")
+    load_s = time.perf_counter() - t0
+    _release_heap()  # what reading the GGUF's metadata (or the checkpoint) left on the heap
+    return tokenizer, load_s
+
+
+def _place_ray(config, runtime: RuntimeConfig, placement, log, shared: dict):
+    """(threads a worker, what releases the placement) for Ray workers, their placement put in `shared`:
+    `placement`, else one reserved here (released by the coordinator)."""
+    from fluidpd.runtime.ray_links import ray_placement
+
+    gpus = str(config.device).startswith("cuda")
+    shared["placement"] = placement or ray_placement(runtime, gpus, log)[0]
+    return runtime.threads, shared["placement"].remove  # threads 0: each actor splits its node's cores
+
+
+def _start_or_undo(
+    backends: list, runtime: RuntimeConfig, log, load_s: float, config, profile: EngineProfile | None, release
+) -> _Served:
+    """`_start`; one that fails leaves nothing behind: the workers, the KV store, and the placement
+    reserved here (`release`)."""
+    try:
+        return _start(backends, runtime, runtime.backend == "inprocess", log, load_s, config, profile)
+    except BaseException:  # e.g. a max_model_len no worker holds
+        for b in backends:
+            b.close()
+        if release is not None:
+            release()
+        if config.kv_store:
+            from fluidpd.engine.kvstore.shm import SharedKVStore
+
+            SharedKVStore.unlink(config.kv_store)
+        raise
 
 
 def compute_slots(runtime: RuntimeConfig, config, threads: int) -> int:

@@ -34,7 +34,7 @@ from fluidpd.runtime.messages import (
     encode,
 )
 from fluidpd.runtime.pipe_calls import STOP, PipeCalls
-from fluidpd.runtime.transport.shm import unlink_segments_of
+from fluidpd.runtime.transport.shm_segment import unlink_segments_of
 from fluidpd.runtime.worker_env import worker_environ
 
 _ENV_LOCK = threading.Lock()

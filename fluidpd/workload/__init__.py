@@ -3,7 +3,8 @@ datacenter traffic drawn from a real trace."""
 
 from fluidpd.workload.arrivals import arrival_times, gamma, onoff, poisson
 from fluidpd.workload.claude_code import DEFAULT_CLAUDE_CONCURRENCY, load_claude_code
-from fluidpd.workload.datacenter import DatacenterConfig, datacenter
+from fluidpd.workload.datacenter import datacenter
+from fluidpd.workload.datacenter_config import DatacenterConfig
 from fluidpd.workload.files import trace_dir
 from fluidpd.workload.hot_prefix import hot_prefix, zipf_shares
 from fluidpd.workload.loaders import (

@@ -44,11 +44,7 @@ def load_claude_code(
     """
     if not (concurrency > 0 and np.isfinite(concurrency)):
         raise ValueError(f"concurrency must be > 0, got {concurrency}")
-    p = trace_file(path, CLAUDE_CODE_FILE)
-    sp = trace_file(
-        sessions_path if sessions_path is not None or path is None else Path(path).parent / CLAUDE_CODE_SESSIONS,
-        CLAUDE_CODE_SESSIONS,
-    )
+    p, sp = _claude_files(path, sessions_path)
     table = read_csv(sp, ("trace", "duration_s"))
     index = {s: i for i, s in enumerate(table.strings("trace"))}
     durations = table.numbers("duration_s")
@@ -69,6 +65,16 @@ def load_claude_code(
         CLAUDE_BLOCK if with_hashes else None,
         chains,
     )
+
+
+def _claude_files(path: str | Path | None, sessions_path: str | Path | None) -> tuple[Path, Path]:
+    """(requests file, sessions file): the sessions file beside a given requests file unless given itself."""
+    p = trace_file(path, CLAUDE_CODE_FILE)
+    sp = trace_file(
+        sessions_path if sessions_path is not None or path is None else Path(path).parent / CLAUDE_CODE_SESSIONS,
+        CLAUDE_CODE_SESSIONS,
+    )
+    return p, sp
 
 
 @dataclass

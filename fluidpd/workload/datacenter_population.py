@@ -26,7 +26,7 @@ from fluidpd.workload.hot_prefix import zipf_shares
 from fluidpd.workload.trace import Trace
 
 if TYPE_CHECKING:
-    from fluidpd.workload.datacenter import DatacenterConfig
+    from fluidpd.workload.datacenter_config import DatacenterConfig
 
 BOOT_BLOCK = 256  # consecutive source gaps drawn together
 ZIPF_S = 1.1  # popularity of a population's system prompts

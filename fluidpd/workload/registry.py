@@ -12,7 +12,8 @@ import fluidpd.workload.loaders as loaders
 from fluidpd.core.knobs import flag_values
 from fluidpd.core.registry import Registry
 from fluidpd.workload.claude_code import load_claude_code
-from fluidpd.workload.datacenter import DatacenterConfig, datacenter
+from fluidpd.workload.datacenter import datacenter
+from fluidpd.workload.datacenter_config import DatacenterConfig
 from fluidpd.workload.files import read_header, read_jsonl
 from fluidpd.workload.hot_prefix import hot_prefix
 from fluidpd.workload.loaders import AZURE_COLUMNS, DEFAULT_LENGTH_RATE, LENGTH_COLUMNS, SIMPLE_COLUMNS

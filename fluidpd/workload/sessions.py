@@ -91,29 +91,10 @@ def chain_sessions(trace: Trace, min_blocks: int = 2) -> Trace:
         raise ValueError(f"trace {trace.name!r} has no block ids to chain")
     if min_blocks < 1:
         raise ValueError(f"min_blocks must be >= 1, got {min_blocks}")
-    b, n = trace.hash_block_size, len(trace)
+    b = trace.hash_block_size
     prompt, output = trace.prompt_len.tolist(), trace.output_len.tolist()
-    ids = [list(map(int, h)) for h in trace.hash_ids]
-    ends: dict[tuple[int, int], int] = {}  # (full prompt blocks, last full id) -> latest such request
-    ids = [h[: p // b] for h, p in zip(ids, prompt)]  # full blocks: a session trace's ids name whole blocks
-    session, think = np.full(n, -1, np.int64), np.zeros(n)
-    continued: set[int] = set()
-    sessions = 0
-    for i in range(n):
-        h = ids[i]
-        parent = next((ends[(k, h[k - 1])] for k in range(len(h), min_blocks - 1, -1) if (k, h[k - 1]) in ends), -1)
-        if parent >= 0 and parent not in continued:
-            continued.add(parent)
-            if session[parent] < 0:
-                session[parent], sessions = sessions, sessions + 1
-            session[i] = session[parent]
-            think[i] = trace.arrival_s[i] - trace.arrival_s[parent]
-            grown = h[: (prompt[parent] + output[parent]) // b]
-            if len(grown) > len(ids[parent]):
-                ids[parent] = grown
-        full = prompt[i] // b
-        if full >= min_blocks:
-            ends[(full, h[full - 1])] = i
+    ids = [list(map(int, h))[: p // b] for h, p in zip(trace.hash_ids, prompt)]  # a session trace names full blocks
+    session, think = _link(ids, prompt, output, trace.arrival_s, b, min_blocks)
     hashes = [np.array(h, np.int64) for h in ids]
     return Trace(
         trace.name,
@@ -126,3 +107,31 @@ def chain_sessions(trace: Trace, min_blocks: int = 2) -> Trace:
         session,
         think,
     )
+
+
+def _link(
+    ids: list[list[int]], prompt: list[int], output: list[int], arrival_s: np.ndarray, b: int, min_blocks: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(session, think time) of each request as `chain_sessions` links them; a continued request's
+    `ids` are extended over its answer by its successor's."""
+    n = len(ids)
+    ends: dict[tuple[int, int], int] = {}  # (full prompt blocks, last full id) -> latest such request
+    session, think = np.full(n, -1, np.int64), np.zeros(n)
+    continued: set[int] = set()
+    sessions = 0
+    for i in range(n):
+        h = ids[i]
+        parent = next((ends[(k, h[k - 1])] for k in range(len(h), min_blocks - 1, -1) if (k, h[k - 1]) in ends), -1)
+        if parent >= 0 and parent not in continued:
+            continued.add(parent)
+            if session[parent] < 0:
+                session[parent], sessions = sessions, sessions + 1
+            session[i] = session[parent]
+            think[i] = arrival_s[i] - arrival_s[parent]
+            grown = h[: (prompt[parent] + output[parent]) // b]
+            if len(grown) > len(ids[parent]):
+                ids[parent] = grown
+        full = prompt[i] // b
+        if full >= min_blocks:
+            ends[(full, h[full - 1])] = i
+    return session, think

@@ -99,32 +99,7 @@ async def run_sessions(cfg: BenchConfig, replay: SessionReplayConfig) -> Session
             cfg.trace, words, max_len, n_sessions=replay.n_sessions, context_scale=replay.context_scale, seed=cfg.seed
         )
         start = time.perf_counter()  # the run's start: every time reported is an offset from it
-
-        async def send(turn: Turn, messages: list[dict[str, str]]) -> TurnResult:
-            res = BenchResult(turn.index, turn.prompt_tokens, turn.max_tokens)
-            answer = ""
-            try:
-                answer = await asyncio.wait_for(
-                    send_chat(
-                        client,
-                        base,
-                        model,
-                        messages,
-                        turn.max_tokens,
-                        start,
-                        res,
-                        temperature=cfg.temperature,
-                        ignore_eos=replay.ignore_eos,
-                        retries=cfg.retries,
-                    ),
-                    cfg.drain_timeout_s,
-                )
-            except TimeoutError:
-                res.error = f"not finished within {cfg.drain_timeout_s:g} s"
-            if res.usage_prompt_tokens:
-                res.prompt_len = res.usage_prompt_tokens
-            return TurnResult(turn.session, turn.turn, res, answer, messages)
-
+        send = _sender(client, base, model, cfg, replay, start)
         results = await replay_sessions(plan, send, progress=cfg.progress)
     row = session_summary(results, cfg.slo, info.get("policy") or "server")
     row.update(
@@ -142,6 +117,37 @@ async def run_sessions(cfg: BenchConfig, replay: SessionReplayConfig) -> Session
     )
     notes = [*plan.notes, f"text sized at {tpw:.3f} tokens per word ({how})"]
     return SessionReport(row, by_turn(results, cfg.slo), results, plan, notes)
+
+
+def _sender(client, base: str, model: str, cfg: BenchConfig, replay: SessionReplayConfig, start: float):
+    """What sends one turn (its chat so far) and waits for its answer, times offset from `start`."""
+
+    async def send(turn: Turn, messages: list[dict[str, str]]) -> TurnResult:
+        res = BenchResult(turn.index, turn.prompt_tokens, turn.max_tokens)
+        answer = ""
+        try:
+            answer = await asyncio.wait_for(
+                send_chat(
+                    client,
+                    base,
+                    model,
+                    messages,
+                    turn.max_tokens,
+                    start,
+                    res,
+                    temperature=cfg.temperature,
+                    ignore_eos=replay.ignore_eos,
+                    retries=cfg.retries,
+                ),
+                cfg.drain_timeout_s,
+            )
+        except TimeoutError:
+            res.error = f"not finished within {cfg.drain_timeout_s:g} s"
+        if res.usage_prompt_tokens:
+            res.prompt_len = res.usage_prompt_tokens
+        return TurnResult(turn.session, turn.turn, res, answer, messages)
+
+    return send
 
 
 async def _tokens_per_word(client, base: str, model: str, text: str, tokenizer: str | None) -> tuple[float, str]:

@@ -82,13 +82,7 @@ def plan_sessions(
     if not rows:
         raise ValueError("the trace holds no requests")
     budget = CONTEXT_FILL * max_model_len if max_model_len else math.inf
-    room = [
-        (budget - template_tokens(k)) / int(trace.prompt_len[i] + trace.output_len[i])
-        for r in rows
-        for k, i in enumerate(r)
-        if budget > template_tokens(k)
-    ]
-    scale = context_scale if context_scale is not None else min([1.0, *room])
+    scale = context_scale if context_scale is not None else _fitting_scale(trace, rows, budget)
     block = trace.hash_block_size or 0
     used = _opening_blocks(trace, rows) if block and trace.hash_ids is not None else Counter()
     plan = SessionPlan([], scale)
@@ -117,6 +111,17 @@ def plan_sessions(
         fill = f"{CONTEXT_FILL:.0%} of max_model_len {max_model_len}"
         plan.notes.append(f"{plan.dropped_turns} turns dropped: their prompt and answer pass {fill}")
     return plan
+
+
+def _fitting_scale(trace: Trace, rows: list[list[int]], budget: float) -> float:
+    """The largest scale <= 1 at which every turn's prompt + answer and template fit `budget` tokens."""
+    room = [
+        (budget - template_tokens(k)) / int(trace.prompt_len[i] + trace.output_len[i])
+        for r in rows
+        for k, i in enumerate(r)
+        if budget > template_tokens(k)
+    ]
+    return min([1.0, *room])
 
 
 def template_tokens(turn: int) -> int:

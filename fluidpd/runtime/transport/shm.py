@@ -7,9 +7,9 @@ a live view would crash); the engine's import is then the only copy on that side
 unlinks the segment. Optionally (`pool_bytes`) the exporter reuses a pool of segments instead:
 no fresh pages per transfer; `release` then marks the segment free.
 
-Segments are named `fpkv_<pid>_<n>_<random>` under /dev/shm. A one-shot handle that is neither
-imported nor released keeps its segment until the multiprocessing resource tracker cleans it up when the
-program ends (with a "leaked shared_memory" warning).
+Segments are named `fpkv_<pid>_<n>_<random>` under /dev/shm (`shm_segment`: their layout, mapping and
+clean-up). A one-shot handle that is neither imported nor released keeps its segment until the
+multiprocessing resource tracker cleans it up when the program ends (with a "leaked shared_memory" warning).
 """
 
 from __future__ import annotations
@@ -23,35 +23,36 @@ import threading
 import time
 from collections import OrderedDict
 from multiprocessing import shared_memory
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fluidpd.engine.kv_transfer import KVPayload
 from fluidpd.runtime.transport.base import KVHandle, KVTransport, to_handle, to_payload, torch_dtype
+from fluidpd.runtime.transport.shm_segment import (
+    HEADER,
+    RECV_FLAGS,
+    SHM_DIR,
+    SHM_PREFIX,
+    PoolSegment,
+    close_segment,
+    leftover_segments,
+    map_segment,
+    segment_generation,
+    tensor_view,
+    unlink_segment,
+    unlink_segments_of,
+)
 
-if TYPE_CHECKING:
-    import torch
-
-SHM_PREFIX = "fpkv_"
-SHM_DIR = "/dev/shm"
-HEADER = 64  # bytes before the blocks in a pooled segment
 POOL_ROUND = 1 << 20  # pooled segment capacities are whole MiB
-_RECV_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-
-
-class _PoolSegment:
-    """A segment kept by its exporter for reuse: int64 generation at byte 0 (0 = free), data at HEADER."""
-
-    __slots__ = ("capacity", "header", "shm")
-
-    def __init__(self, shm: shared_memory.SharedMemory, capacity: int) -> None:
-        self.shm, self.capacity = shm, capacity
-        self.header = np.frombuffer(shm.buf, dtype=np.int64, count=1)
-
-    def drop(self) -> None:
-        self.header = None
-        _unlink(self.shm)
+# the transport, and the segment helpers callers imported from here before `shm_segment` held them
+__all__ = [
+    "HEADER",
+    "SHM_DIR",
+    "SharedMemoryTransport",
+    "leftover_segments",
+    "segment_generation",
+    "unlink_segments_of",
+]
 
 
 class SharedMemoryTransport(KVTransport):
@@ -76,7 +77,7 @@ class SharedMemoryTransport(KVTransport):
             raise ValueError(f"pool_bytes must be >= 0, got {pool_bytes}")
         self.pool_bytes = pool_bytes if os.path.isdir(SHM_DIR) else 0
         self.max_cached_maps = max_cached_maps
-        self._pool: list[_PoolSegment] = []
+        self._pool: list[PoolSegment] = []
         self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()  # pooled segments received here
         self._attached: dict[str, shared_memory.SharedMemory] = {}  # non-Linux: segments received here
         self._lock = threading.Lock()
@@ -99,7 +100,7 @@ class SharedMemoryTransport(KVTransport):
         seg, gen = self._acquire(nbytes) if self.pool_bytes else (None, 0)
         if seg is not None:
             try:
-                _view(seg.shm.buf, nbytes, src.dtype, tuple(src.shape), HEADER).copy_(src)
+                tensor_view(seg.shm.buf, nbytes, src.dtype, tuple(src.shape), HEADER).copy_(src)
             except BaseException:
                 seg.header[0] = 0
                 raise
@@ -113,15 +114,15 @@ class SharedMemoryTransport(KVTransport):
             )
         shm = shared_memory.SharedMemory(name=self._new_name(), create=True, size=nbytes)
         try:
-            _view(shm.buf, nbytes, src.dtype, tuple(src.shape)).copy_(src)  # the one memcpy
+            tensor_view(shm.buf, nbytes, src.dtype, tuple(src.shape)).copy_(src)  # the one memcpy
         except BaseException:
-            _unlink(shm)
+            unlink_segment(shm)
             raise
         name = shm.name
-        _close(shm)
+        close_segment(shm)
         return to_handle(payload, self.name, name=name, timings={"send_s": time.perf_counter() - t0})
 
-    def _acquire(self, nbytes: int) -> tuple[_PoolSegment | None, int]:
+    def _acquire(self, nbytes: int) -> tuple[PoolSegment | None, int]:
         """A free pooled segment of at least `nbytes` (made or reused), marked busy; (None, 0) if
         the pool cannot hold it."""
         with self._lock:
@@ -140,7 +141,7 @@ class SharedMemoryTransport(KVTransport):
                     used -= s.capacity
                 if used + cap > self.pool_bytes:
                     return None, 0
-                seg = _PoolSegment(
+                seg = PoolSegment(
                     shared_memory.SharedMemory(name=self._new_name(), create=True, size=HEADER + cap), cap
                 )
                 self._pool.append(seg)
@@ -172,7 +173,7 @@ class SharedMemoryTransport(KVTransport):
             fd = os.open(os.path.join(SHM_DIR, handle.name), os.O_RDWR)
             try:
                 _check_size(handle, os.fstat(fd).st_size)
-                buf = mmap.mmap(fd, handle.nbytes, flags=_RECV_FLAGS)  # populate: map all pages at once
+                buf = mmap.mmap(fd, handle.nbytes, flags=RECV_FLAGS)  # populate: map all pages at once
             finally:
                 os.close(fd)
         else:
@@ -181,7 +182,7 @@ class SharedMemoryTransport(KVTransport):
                 self._attached[handle.name] = seg
             _check_size(handle, seg.size)
             buf = seg.buf
-        return to_payload(handle, _view(buf, handle.nbytes, dtype, handle.shape, handle.offset))
+        return to_payload(handle, tensor_view(buf, handle.nbytes, dtype, handle.shape, handle.offset))
 
     def _pooled_map(self, name: str) -> mmap.mmap:
         with self._lock:
@@ -189,7 +190,7 @@ class SharedMemoryTransport(KVTransport):
             if buf is not None:
                 self._maps.move_to_end(name)
                 return buf
-        buf = _map(name, populate=True)
+        buf = map_segment(name, populate=True)
         with self._lock:
             self._maps[name] = buf
             while len(self._maps) > self.max_cached_maps:  # views keep an evicted mapping alive
@@ -206,7 +207,7 @@ class SharedMemoryTransport(KVTransport):
                 buf = self._maps.get(handle.name)
             if buf is None:
                 try:
-                    buf = _map(handle.name, length=HEADER)
+                    buf = map_segment(handle.name, length=HEADER)
                 except FileNotFoundError:
                     return  # its owner is gone (and unlinked it)
             header = np.frombuffer(buf, dtype=np.int64, count=1)
@@ -220,7 +221,7 @@ class SharedMemoryTransport(KVTransport):
                 seg = shared_memory.SharedMemory(name=handle.name, create=False)
             except FileNotFoundError:
                 return  # already released
-        _unlink(seg)
+        unlink_segment(seg)
 
     def _check(self, handle: KVHandle) -> None:
         if handle.transport != self.name:
@@ -246,71 +247,8 @@ class SharedMemoryTransport(KVTransport):
             s.drop()
 
 
-def _map(name: str, length: int = 0, populate: bool = False) -> mmap.mmap:
-    fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
-    try:
-        size = os.fstat(fd).st_size
-        return mmap.mmap(fd, min(length, size) if length else size, flags=_RECV_FLAGS if populate else mmap.MAP_SHARED)
-    finally:
-        os.close(fd)
-
-
 def _check_size(handle: KVHandle, size: int) -> None:
     if size < handle.nbytes:
         raise ValueError(
             f"shared-memory segment {handle.name!r} holds {size} bytes, the KV handle says {handle.nbytes}"
         )
-
-
-def _view(buf, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...], offset: int = 0) -> torch.Tensor:
-    """A zero-copy tensor over `buf` that keeps `buf` exported (hence mapped) while it lives."""
-    import torch
-
-    arr = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=offset)
-    return torch.from_numpy(arr).view(dtype).view(shape)
-
-
-def _unlink(seg: shared_memory.SharedMemory) -> None:
-    """Unlink (the name goes away at once), then close the mapping if nothing views it."""
-    try:
-        seg.unlink()
-    except FileNotFoundError:
-        pass
-    _close(seg)
-
-
-def _close(seg: shared_memory.SharedMemory) -> None:
-    try:
-        seg.close()
-    except BufferError:
-        # a tensor still views the mapping (e.g. one held by a traceback): leave it mapped, the
-        # name is already gone so nothing leaks in /dev/shm; it is unmapped when the views die
-        pass
-
-
-def segment_generation(name: str) -> int:
-    """A pooled segment's current generation (0: free); FileNotFoundError once unlinked."""
-    buf = _map(name, length=HEADER)
-    try:
-        return int(np.frombuffer(buf, dtype=np.int64, count=1)[0])
-    finally:
-        buf.close()
-
-
-def unlink_segments_of(pid: int) -> list[str]:
-    """Unlink the KV segments a dead process created (a worker killed with its pool or mid-export)."""
-    names = leftover_segments(pid)
-    for n in names:
-        try:
-            os.unlink(os.path.join(SHM_DIR, n))
-        except FileNotFoundError:
-            pass
-    return names
-
-
-def leftover_segments(pid: int | None = None) -> list[str]:
-    """Names of KV segments now in /dev/shm (of one creator pid, or all): for leak checks."""
-    if not os.path.isdir(SHM_DIR):
-        return []
-    prefix = SHM_PREFIX if pid is None else f"{SHM_PREFIX}{pid}_"
-    return sorted(n for n in os.listdir(SHM_DIR) if n.startswith(prefix))

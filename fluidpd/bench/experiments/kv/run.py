@@ -176,15 +176,7 @@ def run_kv(
         if n not in WORKLOADS:
             raise ValueError(f"unknown workload {n!r}; choose from {', '.join(WORKLOADS)}")
     n_probes = probes or (QUICK_PROBES if quick else FULL_PROBES)
-    tunings = n_probes + len(SHARES)
-    near = N_WORKERS // 2 if quick else None  # quick: every split at a workload's first load, then three
-    tuning = tuning_runs(quick) + (tunings - 1) * tuning_runs(quick, near)
-    total = sum(
-        tuning
-        + (0 if quick else n_probes * len(BASELINES))
-        + len(SHARES) * len(systems_for(n)) * (2 if host_gib else 1)
-        for n in names
-    )  # quick: a guess (the tuned splits' neighbourhoods are smaller at the ends)
+    total = _total_runs(names, quick, n_probes, host_gib)
     bar = tqdm(total=total, desc="kv", unit="run", file=sys.stderr, disable=not progress, mininterval=0.5)
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) if jobs > 1 else None
     state = KvRun(window_s, seed, quick, bar, n_probes, pool, host_gib, pooled)
@@ -200,13 +192,31 @@ def run_kv(
         if pool is not None:
             pool.shutdown(cancel_futures=True)
         bar.close()
+    _add_goals(results, host_gib, pooled)
+    results["wall_s"] = time.perf_counter() - t0
+    return results
+
+
+def _total_runs(names: list[str], quick: bool, n_probes: int, host_gib: float) -> int:
+    """The simulations `run_kv` runs (quick: a guess, the tuned splits' neighbourhoods are smaller at the ends)."""
+    tunings = n_probes + len(SHARES)
+    near = N_WORKERS // 2 if quick else None  # quick: every split at a workload's first load, then three
+    tuning = tuning_runs(quick) + (tunings - 1) * tuning_runs(quick, near)
+    return sum(
+        tuning
+        + (0 if quick else n_probes * len(BASELINES))
+        + len(SHARES) * len(systems_for(n)) * (2 if host_gib else 1)
+        for n in names
+    )
+
+
+def _add_goals(results: dict, host_gib: float, pooled: bool) -> None:
+    """The goals and envelopes of the table's rows (and of its host-tier rows) into `results`."""
     results["goals"] = check_goals(results)
     results["envelope"] = [p.as_json() for p in envelope(results)]
     if host_gib:
         results["host_tier"] = host_tier_goals(results) | {"gib_per_worker": host_gib, "pooled": pooled}
         results["envelope_host"] = [p.as_json() for p in envelope(results, host=True)]
-    results["wall_s"] = time.perf_counter() - t0
-    return results
 
 
 def setting(quick: bool, seed: int, probes: int) -> dict:

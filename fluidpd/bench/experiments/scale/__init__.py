@@ -41,7 +41,7 @@ from fluidpd.bench.experiments.scale.run import (
     run_scale,
 )
 from fluidpd.core.argtypes import names_of, positive
-from fluidpd.workload.datacenter import SOURCES
+from fluidpd.workload.datacenter_config import SOURCES
 
 HELP = "Table 1's systems on 8 to 1,024 GPUs at the same load per GPU: goodput per GPU, control-plane CPU"
 
