@@ -74,6 +74,12 @@ CLAIMS = (
     ),
     Claim("replan", "fluidpd experiment replan", (*FLUIDPD, "experiment", "replan", "--out", "results/replan"), 20),
     Claim(
+        "scale",
+        "fluidpd experiment scale --window 60",
+        (*FLUIDPD, "experiment", "scale", "--window", "60", "--out", "results/scale"),
+        12,
+    ),
+    Claim(
         "runtime_fluidrole",
         "benchmarks/runtime/runtime_fluidrole.py",
         (*PY, "benchmarks/runtime/runtime_fluidrole.py"),
