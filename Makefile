@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # two pytest workers, each test file on one of them (its module fixtures start once): as on a busy host
 PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
-.PHONY: run test test-fast test-busy lint venv clean claims
+.PHONY: run test test-fast test-busy lint venv clean claims figures
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,6 +40,11 @@ test-busy: $(STAMP)
 # rerun the README's claims that take minutes; each README figure beside today's (hours: CLAIMS="runtime_table1 ..." picks)
 claims: $(STAMP)
 	$(BIN)/python benchmarks/readme_claims.py $(if $(CLAIMS),--only $(CLAIMS))
+
+# the docs' figures: the simulated ones rerun (quick forms, seeded: deterministic; 14 min here, busy host), the
+# real-engine ones drawn from docs/results/*.json; into docs/images/ (FIGURES="--only kv" picks parts)
+figures: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/make_figures.py $(FIGURES)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
