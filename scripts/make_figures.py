@@ -25,7 +25,7 @@ rewrites its JSON (minutes, the real engine on this machine):
 Every PNG copied is at most 150 KB (over that it is quantised to a 256-colour palette with Pillow).
 
     .venv/bin/python scripts/make_figures.py [--list] [--only PART...] [--scratch DIR] [--scale]
-    .venv/bin/python scripts/make_figures.py --capture fluidtoken|top
+    .venv/bin/python scripts/make_figures.py --capture fluidtoken|top|kv_tier
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ DRAWN_FROM_RESULTS = {
     "claude_code_sessions.png": "claude_code",  # drawn from the claude_code parts' JSON (scratch)
     "runtime_fluidtoken_burst.png": "runtime_fluidtoken.json",
     "top_frame.png": "top_frame.json",
+    "kv_tier_turn2_cdf.png": "kv_tier.json",
 }
 
 
@@ -223,6 +224,33 @@ def draw_fluidtoken(result: dict, path: Path) -> Path:
     return path
 
 
+def draw_kv_tier(result: dict, path: Path) -> Path:
+    """The CDF of turn-2+ TTFT, with the node-shared KV store and without (kv_tier.py's runs)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for row in result["rows"]:
+        xs = row["turn2_ttft_s"]
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        label = f"{row['arm']}: p50 {row['turn2_ttft_p50_s']:.2f} s, hit rate {row['real_hit_rate']:.0%}"
+        ax.step(xs, ys, where="post", label=label)
+    a = result["args"]
+    ax.set_xlabel("turn-2+ TTFT (s)")
+    ax.set_ylabel("share of turns 2+")
+    ax.set_xscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(
+        f"kv_tier.py --quick: {a['sessions']} chat sessions x {a['turns']} turns, {a['workers']} workers of "
+        f"{a['num_kv_blocks']} blocks\n(working set {result['working_set_x_arenas']:.1f}x the arenas), "
+        f"{result['date']}, {result['cpu']}, load avg {result['load_avg_1m'][0]:.1f}-{result['load_avg_1m'][1]:.1f}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def draw_top(result: dict, path: Path) -> Path:
     """One `fluidpd top` frame, rendered by fluidpd.cli.top_view from the committed snapshots, as monospace text."""
     from rich.console import Console
@@ -320,6 +348,27 @@ def capture_fluidtoken() -> dict:
     }
 
 
+def capture_kv_tier() -> dict:
+    """kv_tier.py --quick (two fresh servers: no store, then the store), its JSON with the host's date,
+    CPU and load."""
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="fluidpd-kv-tier-") as out:
+        cmd = [PY, str(ROOT / "benchmarks" / "runtime" / "kv_tier.py"), "--quick", "--out", out]
+        subprocess.run(cmd, check=True, cwd=ROOT)
+        result = json.loads((Path(out) / "kv_tier.json").read_text())
+    return with_host(result, load0)
+
+
+def with_host(result: dict, load0: float) -> dict:
+    """`result` with the date, the CPU model and the load average at its start and end."""
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": host_cpu(),
+        "load_avg_1m": [load0, os.getloadavg()[0]],
+        **result,
+    }
+
+
 def capture_top(port: int = 8791) -> dict:
     """A real `fluidpd serve --workers 3 --policy fluidpd` (SmolLM2) under 9 concurrent completions, one
     worker switched to prefill by the admin API mid-run; /v1/admin/cluster read twice, a second apart."""
@@ -392,6 +441,14 @@ def capture_top(port: int = 8791) -> dict:
 # ---------------------------------------------------------------------------- main
 
 
+# --capture NAME -> (the run, its JSON under docs/results/, the figure drawn from it)
+CAPTURES = {
+    "fluidtoken": (capture_fluidtoken, "runtime_fluidtoken.json", draw_fluidtoken),
+    "top": (capture_top, "top_frame.json", draw_top),
+    "kv_tier": (capture_kv_tier, "kv_tier.json", draw_kv_tier),
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -401,7 +458,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="parts run at once (default: 2)")
     ap.add_argument("--scale", action="store_true", help="also `fluidpd experiment scale --window 60` (11 min)")
     ap.add_argument("--no-copy", action="store_true", help="run the parts, copy nothing into docs/images/")
-    ap.add_argument("--capture", choices=("fluidtoken", "top"), help="rerun a real-engine benchmark, rewrite its JSON")
+    ap.add_argument("--capture", choices=tuple(CAPTURES), help="rerun a real-engine benchmark, rewrite its JSON")
     ap.add_argument("--claude-code-window", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--claude-code-out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -420,11 +477,11 @@ def main() -> int:
         return 0
     if args.capture:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        result = capture_fluidtoken() if args.capture == "fluidtoken" else capture_top()
-        name = "runtime_fluidtoken.json" if args.capture == "fluidtoken" else "top_frame.json"
+        capture, name, draw = CAPTURES[args.capture]
+        result = capture()
         (RESULTS / name).write_text(json.dumps(result, indent=1, default=float) + "\n")
         img = next(i for i, src in DRAWN_FROM_RESULTS.items() if src == name)
-        drawn = (draw_fluidtoken if args.capture == "fluidtoken" else draw_top)(result, IMAGES / img)
+        drawn = draw(result, IMAGES / img)
         shrink(drawn)
         print(f"wrote {RESULTS / name} and {drawn.relative_to(ROOT)}")
         return 0
@@ -448,7 +505,7 @@ def main() -> int:
         if not args.only:
             for img, src in DRAWN_FROM_RESULTS.items():
                 if src.endswith(".json") and (RESULTS / src).exists():
-                    draw = draw_fluidtoken if src.startswith("runtime_fluidtoken") else draw_top
+                    draw = next(d for _, n, d in CAPTURES.values() if n == src)
                     made.append(draw(json.loads((RESULTS / src).read_text()), IMAGES / img))
         for p in made:
             shrink(p)

@@ -118,6 +118,7 @@ def summary(run: dict, fid: dict) -> dict:
         "turn2_ttft_p50_s": ttft_percentile(later, 50),
         "turn2_ttft_p95_s": ttft_percentile(later, 95),
         "turn2_hit_rate": hit_rate(later),
+        "turn2_ttft_s": sorted(r.token_s[0] - r.send_s for r in later if r.ok),  # the CDF `make figures` draws
         "failed_turns": sum(not t.result.ok for t in run["results"]),
         "turns": len(run["results"]),
         "real_hit_rate": fid["real_hit_rate"],
