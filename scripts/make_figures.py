@@ -156,6 +156,13 @@ def _plt():
     return plt
 
 
+def _save(fig, path: Path, **kw) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=kw.pop("dpi", 100), **kw)
+    _plt().close(fig)
+    return path
+
+
 def draw_claude_code(parts: list[Path], path: Path) -> Path:
     """Joint attainment over both windows pooled against concurrent sessions, one line per system."""
     rows = [r for p in parts for r in json.loads((p / "claude_code.json").read_text())["rows"]]
@@ -181,10 +188,7 @@ def draw_claude_code(parts: list[Path], path: Path) -> Path:
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def draw_fluidtoken(result: dict, path: Path) -> Path:
@@ -218,10 +222,7 @@ def draw_fluidtoken(result: dict, path: Path) -> Path:
         + ("" if "load_avg_1m" not in result else ", load avg " + "-".join(f"{x:.1f}" for x in result["load_avg_1m"])),
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def draw_kv_tier(result: dict, path: Path) -> Path:
@@ -245,10 +246,7 @@ def draw_kv_tier(result: dict, path: Path) -> Path:
         f"{result['date']}, {result['cpu']}, load avg {result['load_avg_1m'][0]:.1f}-{result['load_avg_1m'][1]:.1f}",
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def draw_top(result: dict, path: Path) -> Path:
@@ -329,16 +327,13 @@ def capture_fluidtoken() -> dict:
         runs[policy] = asyncio.run(burst(coord, n_burst))
         print(policy, runs[policy], file=sys.stderr)
     assert profile is not None
-    return {
+    result = {
         "benchmark": "benchmarks/runtime/runtime_fluidtoken.py (defaults: --burst-share 1.5)",
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": host_cpu(),
         "host": {
             "prefill_tok_s": 512 / profile.prefill_time(512),
             "prefill_384_s": profile.prefill_time(BURST_LEN),
             "decode_step_ms": profile.decode_step_s * 1e3,
         },
-        "load_avg_1m": [load0, os.getloadavg()[0]],  # at the start and the end: other jobs share the cores
         "burst": n_burst,
         "burst_len": BURST_LEN,
         "burst_share": 1.5,
@@ -346,6 +341,7 @@ def capture_fluidtoken() -> dict:
         "slo_tbt_s": SLO_TBT,
         "runs": runs,
     }
+    return with_host(result, load0)
 
 
 def capture_kv_tier() -> dict:
@@ -360,7 +356,8 @@ def capture_kv_tier() -> dict:
 
 
 def with_host(result: dict, load0: float) -> dict:
-    """`result` with the date, the CPU model and the load average at its start and end."""
+    """`result` with the date, the CPU model and the load average at its start and end (other jobs
+    share the cores)."""
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": host_cpu(),

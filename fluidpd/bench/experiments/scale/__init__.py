@@ -75,10 +75,10 @@ def main(args: argparse.Namespace) -> int:
     least = args.min_requests or (QUICK_MIN_REQUESTS if args.quick else ScaleSetting().min_requests)
     setting = ScaleSetting(args.source, args.rate_per_gpu, window, least, args.seed)
     gpus = args.gpus or (QUICK_GPUS if args.quick else GPUS)
-    results, kept = run_scale(tuple(gpus), setting, args.systems)
+    results = run_scale(tuple(gpus), setting, args.systems)
     print_results(console, results)
     path = write_json(results, args.out / "scale.json")
-    pngs = write_figures(results, kept, args.out)
+    pngs = write_figures(results, args.out)
     results["command_wall_s"] = time.perf_counter() - t0
     write_json(results, path)
     console.print(f"wrote {path} and {len(pngs)} PNGs in {args.out} ({results['command_wall_s']:.0f} s)")

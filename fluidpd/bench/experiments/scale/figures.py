@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 
-def write_figures(results: dict, kept: dict, directory: Path) -> list[Path]:
+def write_figures(results: dict, directory: Path) -> list[Path]:
     """scale.png in `directory`: three panels against GPUs (log scale), one line per system."""
     directory.mkdir(parents=True, exist_ok=True)
     sizes = sorted(results["sizes"].values(), key=lambda r: r["gpus"])

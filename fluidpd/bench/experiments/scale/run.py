@@ -100,7 +100,6 @@ class ScaleRun:
     systems: tuple[str, ...]
     bar: tqdm
     tuned: dict = field(default_factory=dict)
-    kept: dict = field(default_factory=dict)
 
     def tune(self) -> dict:
         """The split and chunk budget, searched on the 8-GPU cluster's history: another draw of the
@@ -129,8 +128,6 @@ class ScaleRun:
         t0 = time.perf_counter()
         res = simulate(trace, policy, base, before_run=clock.attach)
         self.bar.update(1)
-        if system == "fluidpd":
-            self.kept[gpus] = res
         return row(res, system, gpus, base, span, clock, time.perf_counter() - t0)
 
 
@@ -161,8 +158,8 @@ def row(res: SimResult, system: str, gpus: int, base: Setup, window_s: float, cl
 
 def run_scale(
     gpus: tuple[int, ...], setting: ScaleSetting, systems: tuple[str, ...] | None = None, progress: bool = True
-) -> tuple[dict, dict]:
-    """Every system at every size. Returns (JSON-ready results, the fluidpd runs by size for plots)."""
+) -> dict:
+    """Every system at every size, JSON-ready (each run's summary is kept, never its cluster)."""
     names = tuple(systems or (s for s in SYSTEMS if SYSTEMS[s][0] in POLICIES))
     for s in names:
         if s not in SYSTEMS:
@@ -194,7 +191,7 @@ def run_scale(
     }
     results["goal"] = goodput_goal(results)
     results["wall_s"] = time.perf_counter() - t_start
-    return results, state.kept
+    return results
 
 
 def goodput_goal(results: dict) -> dict:
