@@ -21,11 +21,14 @@ rewrites its JSON (minutes, the real engine on this machine):
     fluidtoken   benchmarks/runtime/runtime_fluidtoken.py (static-pd vs fluidtoken under a prefill burst)
     top          one `fluidpd top` frame of a real 3-worker fluidpd server under load (two /v1/admin/cluster
                  answers a second apart; the frame is rendered from them by fluidpd.cli.top_view)
+    kv_tier      benchmarks/runtime/kv_tier.py --quick (turn-2+ TTFT with the node-shared KV store and without)
+    table1       benchmarks/runtime/runtime_table1.py (chunked, static-pd, fluidpd through the real server;
+                 18 min on a quiet 2-core host: run it alone)
 
 Every PNG copied is at most 150 KB (over that it is quantised to a 256-colour palette with Pillow).
 
     .venv/bin/python scripts/make_figures.py [--list] [--only PART...] [--scratch DIR] [--scale]
-    .venv/bin/python scripts/make_figures.py --capture fluidtoken|top|kv_tier
+    .venv/bin/python scripts/make_figures.py --capture fluidtoken|top|kv_tier|table1
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ DRAWN_FROM_RESULTS = {
     "runtime_fluidtoken_burst.png": "runtime_fluidtoken.json",
     "top_frame.png": "top_frame.json",
     "kv_tier_turn2_cdf.png": "kv_tier.json",
+    "runtime_table1.png": "runtime_table1.json",
 }
 
 
@@ -249,6 +253,36 @@ def draw_kv_tier(result: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
+def draw_table1(result: dict, path: Path) -> Path:
+    """runtime_table1.py's rows: joint attainment and P99 TTFT per system, measured and simulated."""
+    plt = _plt()
+    rows, st = result["rows"], result["setting"]
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6))
+    xs = range(len(rows))
+    for ax, (metric, label, scale) in zip(
+        axes, (("attainment", "joint SLO attainment (%)", 100), ("ttft_p99_s", "P99 TTFT (s)", 1)), strict=True
+    ):
+        for k, (side, shade) in enumerate((("real", "C0"), ("sim", "C7"))):
+            vals = [r[side][metric] * scale for r in rows.values()]
+            bars = ax.bar([x + (k - 0.5) * 0.38 for x in xs], vals, 0.38, color=shade,
+                          label="real engine" if side == "real" else "simulator")  # fmt: skip
+            ax.bar_label(bars, fmt="%.1f", fontsize=7)
+        ax.set_xticks(list(xs), list(rows))
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+    axes[1].axhline(st["slo"][0], color="C3", lw=0.8, ls="--", label=f"TTFT SLO {st['slo'][0]:g} s")
+    axes[1].legend(fontsize=7)
+    sp = st["host"]
+    fig.suptitle(
+        f"Table 1 on the real engine: {st['trace']}, {st['workers']} CPU workers, P/D from {st['prefill_workers']}P"
+        f"{st['workers'] - st['prefill_workers']}D, SLO {st['slo'][0]:g} s / {st['slo'][1]:g} s\n{result['date']}, "
+        f"{result['cpu']}, prefill {sp['prefill_tok_s']:.0f} tok/s, load avg {result['load_avg_1m'][0]:.1f}-"
+        f"{result['load_avg_1m'][1]:.1f}",
+        fontsize=8,
+    )
+    return _save(fig, path)
+
+
 def draw_top(result: dict, path: Path) -> Path:
     """One `fluidpd top` frame, rendered by fluidpd.cli.top_view from the committed snapshots, as monospace text."""
     from rich.console import Console
@@ -355,6 +389,17 @@ def capture_kv_tier() -> dict:
     return with_host(result, load0)
 
 
+def capture_table1() -> dict:
+    """runtime_table1.py at its defaults (the three systems through the real server; 30-40 min on a
+    quiet 2-core host), its JSON with the host's date, CPU and load."""
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="fluidpd-table1-") as out:
+        cmd = [PY, str(ROOT / "benchmarks" / "runtime" / "runtime_table1.py"), "--out", out]
+        subprocess.run(cmd, check=True, cwd=ROOT / "benchmarks")
+        result = json.loads((Path(out) / "table1.json").read_text())
+    return with_host(result, load0)
+
+
 def with_host(result: dict, load0: float) -> dict:
     """`result` with the date, the CPU model and the load average at its start and end (other jobs
     share the cores)."""
@@ -443,6 +488,7 @@ CAPTURES = {
     "fluidtoken": (capture_fluidtoken, "runtime_fluidtoken.json", draw_fluidtoken),
     "top": (capture_top, "top_frame.json", draw_top),
     "kv_tier": (capture_kv_tier, "kv_tier.json", draw_kv_tier),
+    "table1": (capture_table1, "runtime_table1.json", draw_table1),
 }
 
 
