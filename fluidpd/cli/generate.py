@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -29,6 +30,7 @@ def register(subparsers) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="go on past the model's EOS token to --max-tokens")
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16")
     p.add_argument(
         "--kv-cache-dtype",
@@ -44,6 +46,11 @@ def register(subparsers) -> None:
         help="torch CPU threads (default 1, the measured configuration; raise on an idle machine)",
     )
     p.add_argument("--stats", action="store_true", help="print timing and memory to stderr")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object {"text", "token_ids", "prompt_token_ids", "finish_reason"} instead of the text',
+    )
     p.set_defaults(func=run)
 
 
@@ -63,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         seed=args.seed,
         stop=args.stop,
+        ignore_eos=args.ignore_eos,
     )
     cfg = EngineConfig(
         model=args.model,
@@ -78,7 +86,11 @@ def run(args: argparse.Namespace) -> int:
     t1 = time.perf_counter()
     out = engine.generate([args.prompt], params, chat=args.chat)[0]
     t2 = time.perf_counter()
-    print(out.text if out.text is not None else " ".join(map(str, out.token_ids)))
+    if args.json:
+        fields = ("text", "token_ids", "prompt_token_ids", "finish_reason")
+        print(json.dumps({k: getattr(out, k) for k in fields}))
+    else:
+        print(out.text if out.text is not None else " ".join(map(str, out.token_ids)))
     if args.stats:
         n = len(out.token_ids)
         print(

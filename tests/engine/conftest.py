@@ -1,4 +1,6 @@
-"""Shared fixtures for the engine tests: SmolLM2 loaded once per session, engines share its weights."""
+"""Shared fixtures for the engine tests: SmolLM2 loaded once per session, engines share its weights; and
+`--device` (cpu, cuda, cuda:N), the device tests/engine/test_engine_on_device.py runs on (the GPU check's
+`engine` part passes it; the suite runs them on the CPU)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,18 @@ torch.set_num_threads(1)
 from engine_testdata import MAX_TOKENS, PROMPTS  # noqa: E402
 
 from fluidpd.engine import EngineConfig, LLMEngine, SamplingParams, load_model  # noqa: E402
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Read at startup where this directory (or a file in it) is on the command line; a run of the whole
+    # suite loads this conftest later and gets the default.
+    parser.addoption("--device", default="cpu", help="torch device of the engine's device tests (cpu, cuda, cuda:N)")
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest) -> str:
+    """The device the engine's device tests build their engines and references on (`--device`)."""
+    return str(request.config.getoption("device"))
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from fluidpd.engine.model_config import FULL, SLIDING, ModelConfig, read_hf_conf
 from fluidpd.engine.model_source import DUMMY_PRESETS
 from fluidpd.engine.moe import moe_tensor_names
 
-__all__ = ["DUMMY_PRESETS", "dummy_config", "load_dummy", "random_tensors", "tiny_config"]
+__all__ = ["DUMMY_PRESETS", "dummy_config", "load_dummy", "random_tensors", "tiny_config", "weight_shapes"]
 
 _GEMMA = dict(
     head_dim=32, tie_word_embeddings=True, sliding_window=8, layer_types=(SLIDING, FULL), query_pre_attn_scalar=24
@@ -113,14 +113,8 @@ def _layer_shapes(cfg: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:
 def random_tensors(cfg: ModelConfig, dtype: torch.dtype, seed: int) -> dict[str, torch.Tensor]:
     """Random weights with the checkpoint's names (std 0.02, norms near 1), reproducible by seed."""
     g = torch.Generator().manual_seed(seed)
-    h = cfg.hidden_size
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
-    if not cfg.tie_word_embeddings:
-        shapes["lm_head.weight"] = (cfg.vocab_size, h)
-    for n in range(cfg.num_layers):
-        shapes.update(_layer_shapes(cfg, f"model.layers.{n}."))
     out = {}
-    for name, shape in shapes.items():
+    for name, shape in weight_shapes(cfg).items():
         t = torch.empty(shape, dtype=torch.float32)
         if name.endswith("norm.weight"):  # Gemma's scale is 1 + w
             t.uniform_(*((-0.2, 0.2) if cfg.gemma else (0.8, 1.2)), generator=g)
@@ -128,6 +122,17 @@ def random_tensors(cfg: ModelConfig, dtype: torch.dtype, seed: int) -> dict[str,
             t.normal_(0.0, 0.02, generator=g)
         out[name] = t.to(dtype)
     return out
+
+
+def weight_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every weight of `cfg`'s checkpoint by its name, with its shape."""
+    h = cfg.hidden_size
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, h)
+    for n in range(cfg.num_layers):
+        shapes.update(_layer_shapes(cfg, f"model.layers.{n}."))
+    return shapes
 
 
 @LOADERS.register("dummy")
