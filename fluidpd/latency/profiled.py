@@ -146,7 +146,10 @@ class ProfiledModel(RooflineModel):
 
     def kv_blocks(self, block_size: int = 16, scratch_fraction: float = 0.1, scratch_bytes: float = 0.0) -> int:
         """The KV blocks of a served worker's arena (the profiled engine's default, as `fluidpd serve`
-        sizes it); `capacity_kv_tokens` stays what the host's RAM could hold (placement's bound)."""
+        sizes it); `capacity_kv_tokens` stays what the host's RAM could hold (placement's bound). On
+        a profiled GPU, what its memory holds beside the weights (the roofline's sizing, as vLLM's)."""
+        if self.profile.get("device", {}).get("type") == "cuda":
+            return super().kv_blocks(block_size, scratch_fraction, scratch_bytes)
         return self.profile["model"]["kv_blocks"] * self.profile["model"]["block_size"] // block_size
 
     def sim_config(self, sim):
@@ -197,7 +200,8 @@ def latency_model(
     pp_link_bw: float | None = None,
     ep: int = 1,
 ) -> RooflineModel:
-    """The step-time model for `model` on `hw`: profiled where `hw` ships a host profile, else the roofline."""
+    """The step-time model for `model` on `hw`: profiled where `hw` ships a profile (a host's, or one
+    GPU's: `<gpu>-measured`), else the roofline."""
     profile = shipped_profile(hw.name)
     if profile is not None:
         return ProfiledModel(model, hw, profile, tp, pp, config=config, pp_link_bw=pp_link_bw, ep=ep)

@@ -61,10 +61,11 @@ def shipped_profile(name: str) -> dict | None:
 
 
 def profiled_hardware(name: str, profile: dict) -> HardwareSpec:
-    """A host's spec from its profile, in achieved (not datasheet) figures: compute = the best
-    prefill's GEMM FLOP/s, bandwidth = weights streamed by a batch-1 decode step, memory = the
-    host's RAM, links = the measured KV hand-off bandwidth between worker processes (one host:
-    the same figure stands for both links)."""
+    """A host's or a GPU's spec from its profile, in achieved (not datasheet) figures: compute = the
+    best prefill's GEMM FLOP/s, bandwidth = weights streamed by a batch-1 decode step, memory = the
+    profiled device's (a GPU's own; the host's RAM for a CPU host and for profiles older than the
+    device record), links = the measured KV hand-off bandwidth between worker processes (one host:
+    the same figure stands for all three links; on a GPU, a copy through host memory both ways)."""
     m, steps = profile["model"], profile["steps"]
     flops = max(
         2 * m["matmul_params"] * p["shape"]["prefill_tokens"] / p["seconds"]
@@ -76,7 +77,7 @@ def profiled_hardware(name: str, profile: dict) -> HardwareSpec:
     return HardwareSpec(
         name,
         {"fp32": flops, "bf16": flops, "fp16": flops},
-        mem_bytes=profile["host"]["mem_bytes"],
+        mem_bytes=profile.get("device", {}).get("mem_bytes") or profile["host"]["mem_bytes"],
         mem_bw=m["weight_bytes"] / b1,
         nvlink_bw=2 * kv,  # bidirectional, as the GPU entries: one direction is the hand-off
         internode_bw=kv,
@@ -94,7 +95,9 @@ for _h in (
     HardwareSpec("a100-80g", {"fp32": 156e12, "bf16": 312e12, "fp16": 312e12}, 80e9, 2.039e12, 600e9, pcie_bw=25e9),
 ):
     HARDWARE.add(_h.name, _h)
-for _name in ("cpu-host",):  # hosts measured by `fluidpd profile` (profiles/<name>.json)
+# measured by `fluidpd profile` (profiles/<name>.json): this CPU host, and a GPU of the catalogue
+# profiled on one device (`fluidpd profile --device cuda`: <gpu>-measured beside the datasheet <gpu>)
+for _name in ("cpu-host", *(f"{g}-measured" for g in HARDWARE.names())):
     if (_p := shipped_profile(_name)) is not None:
         HARDWARE.add(_name, profiled_hardware(_name, _p))
 HARDWARE_NAMES: tuple[str, ...] = HARDWARE.names()

@@ -14,4 +14,9 @@ KV hand-off bandwidth (export, shared-memory transport, import into a second eng
 FluidRole's remap (`resize_kv` shrinking and growing around live KV), and contention: a decode
 and a prefill step timed while k = 1..workers worker processes run steps at once (of the same
 kind, and of the other kind).
+
+On one GPU (`--device cuda`: `config.gpu_config`'s grid, the decode batches within the KV its
+memory holds) the parts are steps, jitter, KV hand-off and remap; dispatch and contention are
+left at their neutral value and marked not measured. Shipped as specs/profiles/<gpu>-measured.json
+it is the simulator's `--gpu <gpu>-measured`.
 """

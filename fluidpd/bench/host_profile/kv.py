@@ -19,8 +19,10 @@ def measure_transfer(bench: StepBench, other, tokens: tuple[int, ...], repeats: 
 
     shm = get_transport("shm")
     kv_tokens = bench.engine.blocks.num_blocks * bench.engine.config.block_size
+    per_token = bench.engine.arena.block_bytes // bench.engine.config.block_size
+    room = _shm_free_bytes() // 2  # a container's /dev/shm may be 64 MB: a segment past it is a SIGBUS
     points = []
-    for n in (n for n in tokens if n + 16 < min(kv_tokens, bench.engine.max_model_len)):
+    for n in (n for n in tokens if n + 16 < min(kv_tokens, bench.engine.max_model_len) and n * per_token <= room):
         rid = bench.request(n, n)
         src, dst, ts, sent, nbytes = bench.engine, other, [], [], 0
         for i in range(repeats + 1):  # the first round trip is a warm-up (fresh segments fault in)
@@ -40,7 +42,9 @@ def measure_transfer(bench: StepBench, other, tokens: tuple[int, ...], repeats: 
         src.abort(rid)
         points.append({"tokens": n, "bytes": nbytes, "seconds": median(ts), "export_s": median(sent)})
     if len(points) < 2:
-        raise ValueError("KV transfer needs two request sizes that fit the engine's KV")
+        raise ValueError(
+            f"KV transfer needs two request sizes that fit the engine's KV and /dev/shm ({room * 2} B free)"
+        )
     seconds = np.array([p["seconds"] for p in points])
     slope, intercept = np.polyfit([p["bytes"] for p in points], seconds, 1, w=1 / seconds)  # relative error
     share = sum(p["export_s"] for p in points) / sum(p["seconds"] for p in points)
@@ -65,3 +69,15 @@ def measure_remap(bench: StepBench, repeats: int, live: int = 4, ctx: int = 512)
         grow.append(eng.resize_kv(full).seconds)
     bench.abort(rids)
     return {"shrink_s": median(shrink), "grow_s": median(grow), "moved_blocks": int(median(moved))}
+
+
+def _shm_free_bytes() -> int:
+    """Bytes free in the shared-memory file system the transport's segments live in (unbounded where there is none)."""
+    import os
+
+    from fluidpd.runtime.transport.shm_segment import SHM_DIR
+
+    if not os.path.isdir(SHM_DIR):
+        return 1 << 62
+    st = os.statvfs(SHM_DIR)
+    return st.f_bavail * st.f_frsize
