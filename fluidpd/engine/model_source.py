@@ -15,6 +15,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from fluidpd.engine.tokenizer import Tokenizer
 
+
+def llama3_rope(factor: float, original: int) -> dict[str, Any]:
+    """Llama 3.1's RoPE scaling ("llama3"): `factor` beyond `original` positions."""
+    return dict(
+        rope_type="llama3",
+        factor=factor,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=original,
+    )
+
+
 # dummy (random) weights in these shapes need no files (`fluidpd.engine.loaders.dummy`)
 DUMMY_PRESETS: dict[str, dict[str, Any]] = {
     "smollm2-135m": dict(
@@ -55,13 +67,7 @@ DUMMY_PRESETS: dict[str, dict[str, Any]] = {
         num_key_value_heads=8,
         head_dim=64,
         rope_theta=500000.0,
-        rope_scaling=dict(
-            rope_type="llama3",
-            factor=32.0,
-            low_freq_factor=1.0,
-            high_freq_factor=4.0,
-            original_max_position_embeddings=8192,
-        ),
+        rope_scaling=llama3_rope(32.0, 8192),
         max_position_embeddings=131072,
         tie_word_embeddings=True,
         bos_token_id=128000,
@@ -81,27 +87,6 @@ DUMMY_PRESETS: dict[str, dict[str, Any]] = {
         rms_norm_eps=1e-6,
         eos_token_id=151645,
     ),
-    "llama-3.1-8b": dict(  # the simulator's llama-3.1-8b (the GPU check's model)
-        architectures=["LlamaForCausalLM"],
-        vocab_size=128256,
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        rope_theta=500000.0,
-        rope_scaling=dict(
-            rope_type="llama3",
-            factor=8.0,
-            low_freq_factor=1.0,
-            high_freq_factor=4.0,
-            original_max_position_embeddings=8192,
-        ),
-        max_position_embeddings=131072,
-        bos_token_id=128000,
-        eos_token_id=128009,
-    ),
     "llama-3-8b": dict(
         architectures=["LlamaForCausalLM"],
         vocab_size=128256,
@@ -116,6 +101,10 @@ DUMMY_PRESETS: dict[str, dict[str, Any]] = {
         eos_token_id=128009,
     ),
 }
+# the simulator's llama-3.1-8b (the GPU check's model): Llama 3's shape with 3.1's long-context RoPE
+DUMMY_PRESETS["llama-3.1-8b"] = DUMMY_PRESETS["llama-3-8b"] | dict(
+    head_dim=128, rope_scaling=llama3_rope(8.0, 8192), max_position_embeddings=131072
+)
 
 
 def smollm2_gguf() -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fluidpd.engine.model_config import ModelConfig
-from fluidpd.engine.model_source import DUMMY_PRESETS
+from fluidpd.engine.model_source import DUMMY_PRESETS, llama3_rope
 
 if TYPE_CHECKING:
     import torch
@@ -32,13 +32,7 @@ SHAPES: dict[str, dict[str, Any]] = {
         num_attention_heads=4,
         num_key_value_heads=2,
         rope_theta=500000.0,
-        rope_scaling=dict(
-            rope_type="llama3",
-            factor=8.0,
-            low_freq_factor=1.0,
-            high_freq_factor=4.0,
-            original_max_position_embeddings=1024,
-        ),
+        rope_scaling=llama3_rope(8.0, 1024),
         max_position_embeddings=4096,
         tie_word_embeddings=False,
         bos_token_id=1000,
