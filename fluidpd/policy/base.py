@@ -128,3 +128,9 @@ class Policy:
     def transition_of(self, wid: int) -> RoleTransition | None:
         """The role transition of worker `wid` under way, if any."""
         return None
+
+    @property
+    def routed_to_decode(self) -> int:
+        """Requests routed to prefill on the decode worker they then decode on (a simulation's
+        `routed_to_decode`); 0 for a policy that never does."""
+        return 0

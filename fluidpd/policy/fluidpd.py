@@ -42,6 +42,7 @@ from fluidpd.policy import fluidrole, routing, stepplan
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.costs import CostModel
 from fluidpd.policy.decode_demand import DecodeDemand, DecodeForecast
+from fluidpd.policy.fluidbase import FluidBase
 from fluidpd.policy.fluidconfig import LATE_LAST, FluidConfig
 from fluidpd.policy.fluidrole import RoleTransition
 from fluidpd.policy.fluidtoken import FluidToken
@@ -60,25 +61,18 @@ OVERLOADED = "overloaded"
 PREFILL_SCALE_EWMA, MIN_PREFILL_SCALE, MAX_PREFILL_SCALE = 0.5, 1.0, 20.0
 
 
-class FluidPD(RoleSwitches, StaticPD):
+class FluidPD(RoleSwitches, FluidBase, StaticPD):
     """Static P/D plus FluidToken (ms) and FluidRole (s), driven by PPI and DPI."""
 
     name = "fluidpd"
-    uses_tick = True
-    needs_costs = True
     use_token = True
     use_role = True
-    default_router = KV_AFFINITY
-    own_routers = (KV_AFFINITY,)
 
     def __init__(
         self, config: PolicyConfig | None = None, fluid: FluidConfig | None = None, costs: CostModel | None = None
     ):
-        super().__init__(config)
-        if costs is None:
-            raise ValueError(f"{self.name} needs a CostModel (SLOs and the fitted step times)")
-        self.fluid = fluid = fluid or FluidConfig()
-        self.costs = costs
+        super().__init__(config, fluid, costs)
+        fluid, costs = self.fluid, self.costs
         self.token = FluidToken(costs.chunk_time, costs.slo.tbt_s, fluid.token, costs.decode_ref_s, costs.attn_pair_s)
         self.state = BALANCED
         self.pressure = Pressure(0.0, 0.0, 0.0)
@@ -103,11 +97,11 @@ class FluidPD(RoleSwitches, StaticPD):
                 costs.kv_move_s_per_token,
                 costs.kv_load_s_per_token,
             )
-            self.follows_kv = True
 
-    @classmethod
-    def build(cls, config=None, fluid=None, costs=None):
-        return cls(config, fluid, costs)
+    @property
+    def routed_to_decode(self) -> int:
+        """Requests the KV-affinity router sent to prefill on their decode worker (0 under another router)."""
+        return self.affinity.on_decode if self.affinity is not None else 0
 
     # --- data plane ---------------------------------------------------------------------
     def route(self, req, view):

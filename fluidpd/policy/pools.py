@@ -27,11 +27,11 @@ holding every worker, every decision is plain FluidPD's.
 from __future__ import annotations
 
 import bisect
-from types import SimpleNamespace
 
 from fluidpd.policy import fluidrole
-from fluidpd.policy.base import Policy, PolicyConfig
+from fluidpd.policy.base import PolicyConfig
 from fluidpd.policy.costs import CostModel
+from fluidpd.policy.fluidbase import FluidBase
 from fluidpd.policy.fluidconfig import FluidConfig
 from fluidpd.policy.fluidpd import FluidPD
 from fluidpd.policy.fluidrole import RoleTransition, SwitchConflict
@@ -39,7 +39,6 @@ from fluidpd.policy.pool import Pool
 from fluidpd.policy.pool_balance import PoolBalance
 from fluidpd.policy.pool_router import PoolRouter
 from fluidpd.policy.pool_view import PoolView
-from fluidpd.policy.routers.kv_affinity import KV_AFFINITY
 from fluidpd.policy.routing import NoRoutableWorker
 from fluidpd.policy.static_pd import StaticPD, split
 from fluidpd.policy.telemetry import Pressure
@@ -53,33 +52,20 @@ def pool_sizes(n_workers: int, pool_size: int) -> list[int]:
     return [base + 1] * extra + [base] * (pools - extra)
 
 
-class FluidPDPools(Policy):
+class FluidPDPools(FluidBase):
     """FluidPD per pool of `pool_size` workers, a router tier over the pools, FluidRole across them."""
 
     name = "fluidpd-pools"
-    uses_tick = True
-    needs_costs = True
-    default_router = KV_AFFINITY
-    own_routers = (KV_AFFINITY,)
 
     def __init__(
         self, config: PolicyConfig | None = None, fluid: FluidConfig | None = None, costs: CostModel | None = None
     ):
-        super().__init__(config)
-        if costs is None:
-            raise ValueError(f"{self.name} needs a CostModel (SLOs and the fitted step times)")
-        self.fluid = fluid or FluidConfig()
-        self.costs = costs
+        super().__init__(config, fluid, costs)
         self.pools: list[Pool] = []
         self.pool_of: list[int] = []  # worker id -> pool index
         self.router_tier = PoolRouter(self.pools, self._prefill_work, self.fluid.theta_d_high)
         self.balance = PoolBalance(self.fluid, 2 * self.fluid.pool_size, self.reassign)
         self.block_size = 0
-        self.follows_kv = self.router_name == KV_AFFINITY  # (as FluidPD sets it)
-
-    @classmethod
-    def build(cls, config=None, fluid=None, costs=None):
-        return cls(config, fluid, costs)
 
     def roles(self, n_workers: int) -> list[Role]:
         """Pools of contiguous workers, each split as FluidPD splits a cluster (`prefill_workers`,
@@ -213,9 +199,9 @@ class FluidPDPools(Policy):
         return next((p.policy.transition for p in self.pools if p.policy.transition is not None), None)
 
     @property
-    def affinity(self):
-        """The pools' routers' counts, summed (`routed_to_decode` in a simulation's summary)."""
-        return SimpleNamespace(on_decode=sum(getattr(p.policy.affinity, "on_decode", 0) for p in self.pools))
+    def routed_to_decode(self) -> int:
+        """The pools' routers' counts, summed."""
+        return sum(p.policy.routed_to_decode for p in self.pools)
 
     @property
     def pressure(self) -> Pressure:

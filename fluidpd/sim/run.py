@@ -139,7 +139,7 @@ def run_cluster(cluster: SimCluster, policy_name: str, progress=None, before_run
     summary["kv_bytes_moved"] = cluster.kv_bytes_moved
     summary["kv_bytes_per_request"] = summary["kv_bytes_moved"] / max(1, summary["completed"])
     summary["max_mean_load"] = prefill_load_imbalance(cluster)
-    summary["routed_to_decode"] = getattr(getattr(cluster.policy, "affinity", None), "on_decode", 0)
+    summary["routed_to_decode"] = cluster.policy.routed_to_decode
     summary.update(switch_rate(cluster))
     return SimResult(policy_name, summary, cluster)
 

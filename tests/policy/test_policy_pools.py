@@ -56,6 +56,12 @@ def test_pools_partition_the_workers_and_split_each_like_fluidpd():
     assert POLICIES.get("fluidpd-pools") is FluidPDPools
     with pytest.raises(ValueError):
         FluidConfig(pool_size=2)
+    with pytest.raises(ValueError, match="fluidpd-pools needs a CostModel"):
+        FluidPDPools(PolicyConfig(), FluidConfig(), None)
+    assert one.follows_kv and one.routed_to_decode == 0  # (no pool has routed yet)
+    other = FluidPDPools(PolicyConfig(router="shortest-queue"), FluidConfig(), costs)
+    assert not other.follows_kv and other.routed_to_decode == 0
+    assert POLICIES.get("static-pd")().routed_to_decode == 0  # (the Policy default)
 
 
 def test_a_sub_view_iterates_its_pool_and_indexes_by_worker_id():
@@ -170,6 +176,8 @@ def test_a_sessions_turns_land_in_one_pool():
     assert pol.crossed == [] and pol.handoffs > 0  # (later turns mostly prefill on their decode worker)
     assert len(pol.session_pools) == 64 and all(len(p) == 1 for p in pol.session_pools.values())
     assert len({i for p in pol.session_pools.values() for i in p}) > 1  # spread over the pools, each in its own
+    on_decode = sum(p.policy.affinity.on_decode for p in pol.pools)  # the pools' routers' counts, summed
+    assert r.summary["routed_to_decode"] == pol.routed_to_decode == on_decode > 0
 
 
 class ToPoolZero(Checked):
