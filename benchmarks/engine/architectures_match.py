@@ -21,9 +21,9 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from fluidpd.engine.architectures import ARCHITECTURES
 from fluidpd.engine.loaders import smollm2_gguf
 from fluidpd.engine.loaders.dummy import random_tensors, tiny_config
-from fluidpd.engine.model_config import ARCHITECTURES
 from fluidpd.engine.tokenizer import Tokenizer
 
 PROMPT = "The paged KV cache of a serving engine"

@@ -35,8 +35,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from fluidpd.bench.control_scale import SCENARIOS, quantiles
+from fluidpd.bench.control_scale import quantiles
 from fluidpd.bench.fake_coordinator import PERIOD_S, drive
+from fluidpd.bench.scale_cluster import SCENARIOS
 
 
 def ms(x: float) -> str:

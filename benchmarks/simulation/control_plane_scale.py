@@ -1,7 +1,7 @@
 """Control-plane cost at scale (issue 54, ask 1): FluidPD's tick, routing, hand-off and admission vs workers.
 
 The coordinator's hot path alone, outside any simulator or runtime: N workers (the world's own
-`WorkerState`s, synthetic state: `fluidpd/bench/control_scale.py`) holding 10 requests in flight per
+`WorkerState`s, synthetic state: `fluidpd/bench/scale_cluster.py`) holding 10 requests in flight per
 worker (10,240 at 1,024), Llama-3.1-8B on H100s, TTFT 1 s / TBT 50 ms. Two scenarios:
 
   steady  5% of the requests queued for prefill, none late: PPI < 1, the balanced state
@@ -45,8 +45,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from fluidpd.bench.control_scale import SCENARIOS, Timings, build, churn, quantiles, tick
+from fluidpd.bench.control_scale import Timings, churn, quantiles, tick
 from fluidpd.bench.plots import scaling_plot
+from fluidpd.bench.scale_cluster import SCENARIOS, build
 
 WORKERS = (8, 64, 128, 256, 1024, 4096)
 QUICK = (8, 256, 1024)

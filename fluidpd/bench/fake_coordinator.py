@@ -4,10 +4,10 @@
 wall clock: the policy's control cycle every 10 ms (`_control`: tick, then its actions applied), the
 heartbeat watch, the samplers, and new requests through `submit` (admission, route, enqueue). The
 workers are `FakeBackend`s: a heartbeat or a remap answers at once, nothing else ever does. Their
-states are the synthetic ones of `fluidpd.bench.control_scale` (`populate`), moved on every period by
-its `churn` as finished steps would move them (decode steps, finished requests, prefills handed off);
-the engines' own step traffic (plans sent, results read) is not modelled, so what is measured is the
-coordinator's control and admission work on top of which that traffic would run.
+states are the synthetic ones of `fluidpd.bench.scale_cluster` (`populate`), moved on every period by
+`fluidpd.bench.control_scale.churn` as finished steps would move them (decode steps, finished requests,
+prefills handed off); the engines' own step traffic (plans sent, results read) is not modelled, so what
+is measured is the coordinator's control and admission work on top of which that traffic would run.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from fluidpd.bench.control_scale import BLOCK, ScaleCluster, Timings, churn, populate, setup
+from fluidpd.bench.control_scale import Timings, churn
+from fluidpd.bench.scale_cluster import BLOCK, ScaleCluster, populate, setup
 from fluidpd.latency.fit import fit_chunk_time, fit_prefill_time
 from fluidpd.policy.base import PolicyConfig
 from fluidpd.runtime.api import GenerationRequest, Overloaded
@@ -137,46 +138,68 @@ async def drive(
     cl = coord.cluster
     assert cl is not None
     cl.kick = lambda w: None  # type: ignore[method-assign]  # no engine steps: churn moves the workers
+    run = _Churn(coord, _synthetic(coord, per_worker * n_workers, scenario, seed), sample)
+    run.time_ticks()
+    cl.loop.at(cl.now + PERIOD_S, EventKind.SAMPLE, run.period, cl.now + PERIOD_S)
+    c0, w0 = time.thread_time(), time.perf_counter()
+    await asyncio.sleep(seconds)
+    run.stats.loop_cpu_s, run.stats.wall_s = time.thread_time() - c0, time.perf_counter() - w0
+    await coord.stop()
+    return coord, run.stats
+
+
+def _synthetic(coord: Coordinator, in_flight: int, scenario: str, seed: int) -> ScaleCluster:
+    """The coordinator's workers, as a `ScaleCluster` on its policy, holding `in_flight` requests (`populate`)."""
+    cl = coord.cluster
+    assert cl is not None
     s = setup()
     roofline = s.roofline()
     synth = ScaleCluster(cl.policy, cl.workers, s.slo, now=cl.now, rng=random.Random(seed), next_id=10**9)
     synth.step_time, synth.prefill_time = roofline.step_time, coord.profile.prefill_time
-    populate(synth, per_worker * n_workers, scenario)
-    stats = CycleStats()
-    tick = cl.policy.tick
+    populate(synth, in_flight, scenario)
+    return synth
 
-    def timed_tick(view):
-        stats.starts.append(time.perf_counter())
-        return stats.timings.time("tick", tick, view)
 
-    cl.policy.tick = timed_tick  # type: ignore[method-assign]
-    ids = iter(range(10**9))
+class _Churn:
+    """What `drive` runs on the coordinator's loop: `churn` of `synth` every period, its first `sample`
+    arrivals through `Coordinator.submit`; what it measured in `stats`."""
 
-    def arrive(sc: ScaleCluster, timings: Timings) -> None:
+    def __init__(self, coord: Coordinator, synth: ScaleCluster, sample: int) -> None:
+        assert coord.cluster is not None
+        self.coord, self.cl, self.synth, self.sample = coord, coord.cluster, synth, sample
+        self.stats = CycleStats()
+        self.ids = iter(range(10**9))
+
+    def time_ticks(self) -> None:
+        """The policy's control cycle timed as "tick", and when each began noted."""
+        tick, stats = self.cl.policy.tick, self.stats
+
+        def timed_tick(view):
+            stats.starts.append(time.perf_counter())
+            return stats.timings.time("tick", tick, view)
+
+        self.cl.policy.tick = timed_tick  # type: ignore[method-assign]
+
+    def arrive(self, sc: ScaleCluster, timings: Timings) -> None:
         prompt, out, _ = sc.prompt()
-        request = GenerationRequest(f"fake-{next(ids)}", prompt, Params(max_tokens=out))
+        request = GenerationRequest(f"fake-{next(self.ids)}", prompt, Params(max_tokens=out))
         try:
-            timings.time("submit", coord.submit, request)
-            stats.submitted += 1
+            timings.time("submit", self.coord.submit, request)
+            self.stats.submitted += 1
         except Overloaded:
-            stats.refused += 1
+            self.stats.refused += 1
 
-    def finished(req) -> None:
-        if cl.live.pop(req.id, None) is not None:
-            cl.outstanding -= 1
+    def finished(self, req) -> None:
+        if self.cl.live.pop(req.id, None) is not None:
+            self.cl.outstanding -= 1
 
-    def period(due: float) -> None:  # every 10 ms on the clock, whatever it costs (late: at once)
+    def period(self, due: float) -> None:
+        """Every 10 ms on the clock, whatever it costs (late: at once)."""
+        cl, stats = self.cl, self.stats
         if not cl.running:
             return
-        synth.now = cl.now
+        self.synth.now = cl.now
         c0 = time.thread_time()
-        churn(synth, 0.0, stats.timings, sample, arrive, finished)
+        churn(self.synth, 0.0, stats.timings, self.sample, self.arrive, self.finished)
         stats.churn_s.append(time.thread_time() - c0)
-        cl.loop.at(max(due + PERIOD_S, cl.now), EventKind.SAMPLE, period, due + PERIOD_S)
-
-    cl.loop.at(cl.now + PERIOD_S, EventKind.SAMPLE, period, cl.now + PERIOD_S)
-    c0, w0 = time.thread_time(), time.perf_counter()
-    await asyncio.sleep(seconds)
-    stats.loop_cpu_s, stats.wall_s = time.thread_time() - c0, time.perf_counter() - w0
-    await coord.stop()
-    return coord, stats
+        cl.loop.at(max(due + PERIOD_S, cl.now), EventKind.SAMPLE, self.period, due + PERIOD_S)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from fluidpd.engine.arena import KVArena
 from fluidpd.engine.attention_meta import AttentionMetadata, DecodeGroup, PrefillSegment
-from fluidpd.engine.layer_ops import LayerOps, OpsStep, TorchLayerOps
+from fluidpd.engine.layer_ops import LayerOps, OpsStep, TorchLayerOps, gelu_mul
 from fluidpd.engine.linear import Linear, tensor_bytes
 from fluidpd.engine.model_config import ModelConfig
 from fluidpd.engine.moe import SparseMoE
@@ -106,9 +106,7 @@ class DecoderLayer:
         if self.sandwich is not None:
             after_attn, after_mlp = self.sandwich
             h = ops.add_rms_norm(x, self._norm(self.o(a), after_attn), self.post_norm, self.eps, st)
-            gu = self.gate_up(h)
-            i = gu.shape[1] // 2
-            return self._norm(self.down(F.gelu(gu[:, :i], approximate="tanh").mul_(gu[:, i:])), after_mlp)
+            return self._norm(self.down(gelu_mul(self.gate_up(h))), after_mlp)
         h = ops.add_rms_norm(x, self.o(a), self.post_norm, self.eps, st)
         if self.moe is not None:
             return self.moe(h)

@@ -33,12 +33,12 @@ from fluidpd.engine.outputs import EngineStats, RequestOutput, StepOutput, StepR
 from fluidpd.engine.plan import StepPlan, resolve
 from fluidpd.engine.prompt_logprobs import score
 from fluidpd.engine.prompts import Prompt, check_prompt, prompt_ids
+from fluidpd.engine.recording import StepRecording
 from fluidpd.engine.runner import ModelRunner
 from fluidpd.engine.sampling import SamplingParams, sample
 from fluidpd.engine.scheduler import Scheduler
 from fluidpd.engine.scoring import PromptScoring
-from fluidpd.engine.sequence import Sequence, SequenceStatus
-from fluidpd.engine.stopping import stop_reason
+from fluidpd.engine.sequence import Sequence
 from fluidpd.engine.store_tier import StoreTier
 from fluidpd.engine.structured.engine_hooks import attach_grammar
 from fluidpd.engine.tier_hooks import TierHooks
@@ -47,7 +47,7 @@ from fluidpd.engine.tokenizer import Tokenizer
 __all__ = ["LLMEngine", "load_model"]
 
 
-class LLMEngine(GroupOps, KVExchange, KVResize, PromptScoring, TierHooks):
+class LLMEngine(GroupOps, KVExchange, KVResize, PromptScoring, StepRecording, TierHooks):
     """Requests in, tokens out: a model over a paged KV arena, stepped by its scheduler or an external plan."""
 
     def __init__(
@@ -229,54 +229,6 @@ class LLMEngine(GroupOps, KVExchange, KVResize, PromptScoring, TierHooks):
             self.prefix_cache_hits += seq.num_computed
             self.prefix_cache_store_hits += seq.num_loaded_tokens
         return seq.num_computed
-
-    def _record(self, chunks, sampled, tokens, lps, hits, prompt_lps) -> list[StepOutput]:
-        new = {}
-        for seq, tok, lp in zip(sampled, tokens, lps):
-            seq.token_ids.append(tok)
-            if seq.state is not None:
-                seq.state.accept(tok)
-            if lp is not None:
-                seq.logprobs.append(lp)
-            new[id(seq)] = (tok, lp)
-        outputs = []
-        for seq, _ in chunks:
-            tok, lp = new.get(id(seq), (None, None))
-            out = StepOutput(
-                seq.request_id,
-                [] if tok is None else [tok],
-                seq.num_computed,
-                logprobs=None if lp is None else [lp],
-                num_cached_tokens=hits.get(id(seq), 0),
-                num_loaded_tokens=seq.num_loaded_tokens if id(seq) in hits else 0,
-                prompt_logprobs=prompt_lps.get(id(seq)),
-                index=max(seq.index, 0),
-            )
-            if out.prompt_logprobs is not None and seq.prompt_logprobs is not None:
-                seq.prompt_logprobs += out.prompt_logprobs
-            reason = None
-            if tok is not None:
-                reason = stop_reason(seq, tok, self.eos_token_ids, self.tokenizer, self.max_model_len)
-            elif seq.params.max_tokens == 0 and seq.num_computed >= seq.prompt_len:
-                reason = "length"  # scored, not sampled
-            if reason:
-                fin = self._finish(seq, reason)
-                out.finished, out.finish_reason, out.output = True, reason, fin.output
-                out.group_finished = fin.group_finished
-            outputs.append(out)
-        return outputs
-
-    def _finish(self, seq: Sequence, reason: str) -> StepOutput:
-        if seq.group is not None:
-            return self._finish_member(seq, reason)
-        self.scheduler.remove(seq)
-        seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
-        self.seqs.pop(seq.request_id, None)
-        text = seq.stop_text
-        if text is None and self.tokenizer is not None:
-            text = self.tokenizer.decode(seq.output_token_ids)
-        out = RequestOutput.of(seq, text)
-        return StepOutput(seq.request_id, [], seq.num_computed, True, reason, None, out, group_finished=True)
 
     def _live(self, request_id: str) -> Sequence:
         seq = self.seqs.get(request_id)

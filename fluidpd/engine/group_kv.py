@@ -81,33 +81,62 @@ class GroupKVMoves:
         rid = self._new_id(request_id if request_id is not None else payload.request_id)
         prompt = list(payload.token_ids[: payload.prompt_len])
         g = SeqGroup(rid, gk.n, prompt, done=dict.fromkeys(gk.done))
-
-        def child(index: int, out: list[int], state, lps, preemptions: int, resuming: bool) -> Sequence:
-            p = child_params(params, index)
-            c = Sequence(rid, prompt + list(out), len(prompt), p, generator=p.make_generator(), index=index, group=g)
-            c.logprobs = list(lps) if lps is not None else c.logprobs
-            c.num_preemptions = preemptions
-            if c.generator is not None and state is not None:
-                c.generator.set_state(state)
-            c.init_state(self.eos_token_ids)
-            attach_grammar(self.tokenizer, c, replay=True)
-            g.children[index] = c
-            if resuming:
-                g.resuming.add(index)
-            return c
-
         if gk.primary < 0:
             primary = g.parent = Sequence(rid, list(prompt), len(prompt), params, index=-1, group=g)
             primary.num_preemptions = payload.num_preemptions
         else:
-            out, lps = payload.output_token_ids, payload.logprobs
-            primary = child(gk.primary, out, payload.generator_state, lps, payload.num_preemptions, gk.primary_resuming)
+            out, lps, state = payload.output_token_ids, payload.logprobs, payload.generator_state
+            resuming = gk.primary_resuming
+            primary = self._group_child(g, params, gk.primary, out, state, lps, payload.num_preemptions, resuming)
         primary.num_cached_tokens = payload.num_cached_tokens
         others = [
-            child(k.index, k.output_ids, k.generator_state, k.logprobs, k.num_preemptions, k.resuming)
+            self._group_child(
+                g, params, k.index, k.output_ids, k.generator_state, k.logprobs, k.num_preemptions, k.resuming
+            )
             for k in gk.children
         ]
-        ids = self._place_blocks(primary, payload, gk)
+        self._share_children(gk, others, self._place_blocks(primary, payload, gk))
+        self.groups[rid] = g
+        self._enter_group(g, primary, others)
+        return rid
+
+    def _group_child(
+        self,
+        g: SeqGroup,
+        params: SamplingParams,
+        index: int,
+        out: list[int],
+        state,
+        lps,
+        preemptions: int,
+        resuming: bool,
+    ) -> Sequence:
+        """Choice `index` of the imported group `g`, `out` its tokens so far, its RNG `state` and logprobs restored
+        (`resuming`: re-added with tokens, not sampled here yet)."""
+        p = child_params(params, index)
+        c = Sequence(
+            g.request_id,
+            g.prompt_ids + list(out),
+            len(g.prompt_ids),
+            p,
+            generator=p.make_generator(),
+            index=index,
+            group=g,
+        )
+        c.logprobs = list(lps) if lps is not None else c.logprobs
+        c.num_preemptions = preemptions
+        if c.generator is not None and state is not None:
+            c.generator.set_state(state)
+        c.init_state(self.eos_token_ids)
+        attach_grammar(self.tokenizer, c, replay=True)
+        g.children[index] = c
+        if resuming:
+            g.resuming.add(index)
+        return c
+
+    def _share_children(self, gk: GroupKV, others: list[Sequence], ids: list[int]) -> None:
+        """Each computed choice's block table, as indices into the placed blocks `ids`; the extra blocks' refs
+        dropped."""
         for k, c in zip(gk.children, others):
             if k.num_computed:
                 c.block_table = [ids[i] for i in k.table]
@@ -116,18 +145,19 @@ class GroupKVMoves:
                 self.blocks.register(c)
         if gk.extra_blocks:
             self.blocks.pool.release(ids[-gk.extra_blocks :])  # each is held by the tables that name it
-        self.groups[rid] = g
+
+    def _enter_group(self, g: SeqGroup, primary: Sequence, others: list[Sequence]) -> None:
+        """The imported group's sequences join this engine: its parent (before the fork), else every choice."""
         if g.parent is not None:
-            self.seqs[rid] = g.parent
+            self.seqs[g.request_id] = g.parent
             if primary.num_computed >= primary.prompt_len:
                 primary.status, g.detached = SequenceStatus.RUNNING, True  # its choices fork where it decodes
             else:
                 self._enter(primary)
-            return rid
+            return
         for c in [primary, *others]:
             self.seqs[c.key] = c
             self._enter(c)
-        return rid
 
     def _enter(self, seq: Sequence) -> None:
         if seq.num_computed:

@@ -1,4 +1,5 @@
-"""The small ops of a decoder layer around its linears: residual add + RMSNorm, RoPE + the KV write, silu(gate) * up.
+"""The small ops of a decoder layer around its linears: residual add + RMSNorm, RoPE + the KV write, silu(gate) * up
+(SwiGLU; Gemma's GeGLU, gelu(gate) * up, is `gelu_mul`, torch on every path).
 
 `TorchLayerOps` is the reference (and the path off the CPU, or in another dtype than float32);
 `FusedLayerOps` runs each group as one call of a C kernel (fluidpd/engine/kernels/fused_ops.c)
@@ -101,6 +102,12 @@ class TorchLayerOps(_Shape):
     def silu_mul(self, gu, st) -> torch.Tensor:
         i = gu.shape[1] // 2
         return F.silu(gu[:, :i]).mul_(gu[:, i:])
+
+
+def gelu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """GeGLU (Gemma's MLP): gelu_tanh(gu[:, :I]) * gu[:, I:] for gu [n, 2I], beside `LayerOps.silu_mul`'s SwiGLU."""
+    i = gu.shape[1] // 2
+    return F.gelu(gu[:, :i], approximate="tanh").mul_(gu[:, i:])
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

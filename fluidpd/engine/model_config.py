@@ -7,37 +7,19 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-ARCHITECTURES = {  # GGUF general.architecture / HF model_type -> our family member
-    "llama": "llama",
-    "mistral": "llama",
-    "qwen2": "qwen2",
-    "qwen3": "qwen3",
-    "phi3": "phi3",
-    "mixtral": "mixtral",
-    "qwen3_moe": "qwen3_moe",
-    "gemma2": "gemma2",
-    "gemma3": "gemma3",
-    "gemma3_text": "gemma3",
-}
-HF_NAMES = {  # our family member -> the HF `architectures` name config.json is written with
-    "llama": "LlamaForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "phi3": "Phi3ForCausalLM",
-    "mixtral": "MixtralForCausalLM",
-    "qwen3_moe": "Qwen3MoeForCausalLM",
-    "gemma2": "Gemma2ForCausalLM",
-    "gemma3": "Gemma3ForCausalLM",
-}
-HF_MODEL_TYPES = {"gemma3": "gemma3_text"}  # config.json's model_type where it is not the family's name
-HF_ARCHITECTURES = {name: arch for arch, name in HF_NAMES.items()} | {"MistralForCausalLM": "llama"}
-QK_NORM = frozenset({"qwen3", "qwen3_moe", "gemma3"})  # RMSNorm of each query and key head before RoPE
-MOE = frozenset({"mixtral", "qwen3_moe"})  # a sparse mixture-of-experts MLP (fluidpd.engine.moe)
-FUSED_PROJECTIONS = frozenset({"phi3"})  # checkpoints hold self_attn.qkv_proj and mlp.gate_up_proj
-# GeGLU (tanh GELU), (1 + w) RMSNorms before and after attention and the MLP, embeddings scaled by sqrt(hidden)
-GEMMA = frozenset({"gemma2", "gemma3"})
-SLIDING, FULL = "sliding_attention", "full_attention"  # config.json's layer_types
-ROPE_TYPES = ("default", "linear", "llama3")
+from fluidpd.engine.architectures import (
+    ARCHITECTURES,
+    FULL,
+    FUSED_PROJECTIONS,
+    GEMMA,
+    HF_ARCHITECTURES,
+    HF_MODEL_TYPES,
+    HF_NAMES,
+    MOE,
+    QK_NORM,
+    ROPE_TYPES,
+    SLIDING,
+)
 
 
 @dataclass(frozen=True)
@@ -199,17 +181,7 @@ class ModelConfig:
             d["attention_bias"] = self.attention_bias
         if self.architecture == "phi3":
             d["pad_token_id"] = None  # Phi3Config's default (32000) names a token of the real vocabulary
-        if self.architecture == "mixtral":
-            d |= {"num_local_experts": self.num_experts, "num_experts_per_tok": self.num_experts_per_tok}
-        elif self.architecture == "qwen3_moe":
-            d |= {
-                "num_experts": self.num_experts,
-                "num_experts_per_tok": self.num_experts_per_tok,
-                "moe_intermediate_size": self.expert_intermediate_size,
-                "norm_topk_prob": self.norm_topk_prob,
-                "decoder_sparse_step": 1,
-                "mlp_only_layers": [],
-            }
+        d |= self._moe_to_hf()
         if self.sliding_window and self.architecture == "llama":
             d |= {"architectures": ["MistralForCausalLM"], "model_type": "mistral"}
         if self.sliding_window:
@@ -217,19 +189,39 @@ class ModelConfig:
         if self.layer_types:
             d["layer_types"] = list(self.layer_types)
         if self.gemma:
-            d |= {
-                "hidden_activation": "gelu_pytorch_tanh",
-                "query_pre_attn_scalar": int(self.query_pre_attn_scalar or self.head_dim),
-                "attn_logit_softcapping": self.attn_logit_softcapping or None,
-                "final_logit_softcapping": self.final_logit_softcapping or None,
-            }
-            del d["hidden_act"]
+            self._gemma_to_hf(d)
+        return d
+
+    def _moe_to_hf(self) -> dict[str, Any]:
+        """The MoE fields of `to_hf` (none for a dense model)."""
+        if self.architecture == "mixtral":
+            return {"num_local_experts": self.num_experts, "num_experts_per_tok": self.num_experts_per_tok}
+        if self.architecture != "qwen3_moe":
+            return {}
+        return {
+            "num_experts": self.num_experts,
+            "num_experts_per_tok": self.num_experts_per_tok,
+            "moe_intermediate_size": self.expert_intermediate_size,
+            "norm_topk_prob": self.norm_topk_prob,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+        }
+
+    def _gemma_to_hf(self, d: dict[str, Any]) -> None:
+        """`to_hf`'s `d` in Gemma's spelling: its activation, score scale and soft-capping; Gemma 3's RoPE per
+        layer type."""
+        d |= {
+            "hidden_activation": "gelu_pytorch_tanh",
+            "query_pre_attn_scalar": int(self.query_pre_attn_scalar or self.head_dim),
+            "attn_logit_softcapping": self.attn_logit_softcapping or None,
+            "final_logit_softcapping": self.final_logit_softcapping or None,
+        }
+        del d["hidden_act"]
         if self.architecture == "gemma3":
             full = {"rope_type": "default", **(self.rope_scaling or {}), "rope_theta": self.rope_theta}
             local = {"rope_type": "default", "rope_theta": self.rope_local_theta or self.rope_theta}
             d |= {"rope_parameters": {FULL: full, SLIDING: local}}
             del d["rope_theta"], d["rope_scaling"]
-        return d
 
     def num_params(self) -> int:
         h, d = self.hidden_size, self.head_dim

@@ -189,27 +189,7 @@ def sampling_params(
     max_tokens, logprobs, sent = _length_and_logprobs(req, prompt_len, max_model_len)
     controls = tokenized_controls(req, tokenizer)
     try:
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_k=0 if req.top_k is None else req.top_k,
-            top_p=1.0 if req.top_p is None else req.top_p,
-            seed=req.seed,
-            stop=() if req.stop is None else req.stop,
-            stop_token_ids=req.stop_token_ids or (),
-            ignore_eos=bool(req.ignore_eos),
-            include_stop_str_in_output=bool(req.include_stop_str_in_output),
-            logprobs=logprobs,
-            n=1 if req.n is None else req.n,
-            prompt_logprobs=_prompt_logprobs(req, logprobs),
-            presence_penalty=0.0 if req.presence_penalty is None else req.presence_penalty,
-            frequency_penalty=0.0 if req.frequency_penalty is None else req.frequency_penalty,
-            repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
-            min_p=0.0 if req.min_p is None else req.min_p,
-            min_tokens=req.min_tokens or 0,
-            structured=structured_spec(req),
-            **controls,
-        )
+        params = _params(req, max_tokens, logprobs, controls)
     except SamplingParamError as exc:
         name = sent.get(exc.param, exc.param)
         raise bad_request(f"{name} must be {exc.expected}, got {exc.value!r}", name) from None
@@ -226,6 +206,31 @@ def sampling_params(
             code="context_length_exceeded",
         )
     return params
+
+
+def _params(req: _Sampling, max_tokens: int, logprobs: int | None, controls: dict) -> SamplingParams:
+    """`req`'s SamplingParams, its omitted fields at their defaults (a SamplingParamError for a value out of range)."""
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_k=0 if req.top_k is None else req.top_k,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        seed=req.seed,
+        stop=() if req.stop is None else req.stop,
+        stop_token_ids=req.stop_token_ids or (),
+        ignore_eos=bool(req.ignore_eos),
+        include_stop_str_in_output=bool(req.include_stop_str_in_output),
+        logprobs=logprobs,
+        n=1 if req.n is None else req.n,
+        prompt_logprobs=_prompt_logprobs(req, logprobs),
+        presence_penalty=0.0 if req.presence_penalty is None else req.presence_penalty,
+        frequency_penalty=0.0 if req.frequency_penalty is None else req.frequency_penalty,
+        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        min_p=0.0 if req.min_p is None else req.min_p,
+        min_tokens=req.min_tokens or 0,
+        structured=structured_spec(req),
+        **controls,
+    )
 
 
 def _prompt_logprobs(req: _Sampling, logprobs: int | None) -> int | None:

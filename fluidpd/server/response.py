@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fluidpd.server.output import ChoiceOutput
-from fluidpd.server.tools import ToolCallStream, ToolRequest
+from fluidpd.server.tool_output import ToolCallStream
+from fluidpd.server.tools import ToolRequest
 
 
 @dataclass

@@ -90,6 +90,11 @@ class SimCluster(World):
         self._copying_until = [0.0] * config.n_workers  # ... run from .. until
         self._host_link_until = [0.0] * config.n_workers  # loads from the host tier booked until
         self._progress = None
+        self._init_trace(trace, config)
+        self._attach_host_tiers()
+
+    def _init_trace(self, trace: Trace, config: SimConfig) -> None:
+        """What the world keeps of its trace: the block ids it hashes, its sessions' turns, what was sent."""
         hashed = config.enable_prefix_caching and trace.hash_block_size
         self._hash_ids = trace.hash_ids if hashed else None  # with caching off, requests carry no hashes
         self._trace_block = trace.hash_block_size or 0
@@ -97,7 +102,6 @@ class SimCluster(World):
         self._thinking = 0  # sessions' next requests scheduled to arrive
         self.sent: list[int] = []  # trace indices in the order the requests arrived (closed loops reorder)
         self.queried = bytearray(len(trace))  # by trace index: its first admission looked the cache up
-        self._attach_host_tiers()
 
     def _attach_host_tiers(self) -> None:
         """With `kv_offloading_size`: a host tier per worker, or one per node holding its workers'

@@ -12,10 +12,10 @@ import pytest
 import torch
 from gguf_testdata import write_gguf
 
+from fluidpd.engine.architectures import FULL, SLIDING
 from fluidpd.engine.loaders.dummy import dummy_config, random_tensors, tiny_config
 from fluidpd.engine.loaders.gguf import gguf_hf_names, load_gguf
 from fluidpd.engine.loaders.gguf_gemma import gemma_config, gemma_query_pre_attn_scalar
-from fluidpd.engine.model_config import FULL, SLIDING
 
 S, F = SLIDING, FULL
 

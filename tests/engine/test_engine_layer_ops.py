@@ -13,7 +13,7 @@ import torch
 from fluidpd.engine import EngineConfig, LLMEngine
 from fluidpd.engine.arena import KVArena
 from fluidpd.engine.kernels import KernelUnavailable
-from fluidpd.engine.layer_ops import FusedLayerOps, TorchLayerOps
+from fluidpd.engine.layer_ops import FusedLayerOps, TorchLayerOps, gelu_mul
 from fluidpd.engine.model import _layer_ops
 from fluidpd.engine.model_config import ModelConfig
 
@@ -81,6 +81,14 @@ def test_fused_ops_equal_torch(shape, march):
         gu = torch.randn(n, 2 * inter, generator=g) * 4
         gu[0, :4] = torch.tensor([-200.0, -90.0, 90.0, 1e4])  # exp's clamps: silu -> -0 and -> x
         close(fused.silu_mul(gu, st_f), ref.silu_mul(gu, st_r))
+
+
+def test_gelu_mul_is_geglu_with_tanh_gelu():
+    """Gemma's MLP activation: the tanh approximation of GELU on the gate half, times the up half."""
+    gu = torch.randn(5, 2 * 7, generator=torch.Generator().manual_seed(3)) * 3
+    gate, up = gu[:, :7], gu[:, 7:]
+    tanh_gelu = 0.5 * gate * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (gate + 0.044715 * gate**3)))
+    close(gelu_mul(gu.clone()), tanh_gelu * up)
 
 
 def test_fused_begin_rejects_slots_it_cannot_write():

@@ -10,10 +10,11 @@ import torch
 from gguf_testdata import Q, permute, write_gguf
 
 from fluidpd.engine import EngineConfig, LLMEngine
+from fluidpd.engine.architectures import FULL, SLIDING
 from fluidpd.engine.loaders import resolve_model
 from fluidpd.engine.loaders.dummy import random_tensors, tiny_config
 from fluidpd.engine.loaders.gguf import gguf_to_hf_name, load_gguf, unpermute_qk
-from fluidpd.engine.model_config import FULL, SLIDING, ModelConfig
+from fluidpd.engine.model_config import ModelConfig
 
 CFG = replace(
     tiny_config("llama", vocab_size=64),

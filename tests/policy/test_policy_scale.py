@@ -1,6 +1,6 @@
 """The control cycle's shortcuts at scale (issue 54) decide exactly what a full recomputation decides.
 
-A synthetic cluster (`fluidpd.bench.control_scale`) is moved on by random events (decode steps
+A synthetic cluster (`fluidpd.bench.scale_cluster`) is moved on by random events (decode steps
 observed, requests finishing, arriving and handed off) with a fixed seed; after each period every
 memoized or restructured value is checked against the plain computation it stands for.
 """
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from fluidpd.bench.control_scale import Timings, build, churn
+from fluidpd.bench.control_scale import Timings, churn
+from fluidpd.bench.scale_cluster import build
 from fluidpd.policy.actions import Borrow, BorrowSplit
 from fluidpd.policy.borrowing import _unstarted_head, handoff_reserve
 from fluidpd.policy.stepplan import on_time_first

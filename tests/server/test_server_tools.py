@@ -1,4 +1,4 @@
-"""Tool calling (fluidpd.server.tools) and tool-aware chat rendering, at unit level: no server."""
+"""Tool calling (fluidpd.server.tools, .tool_choice, .tool_output), tool-aware chat rendering: unit level, no server."""
 
 from __future__ import annotations
 
@@ -16,15 +16,10 @@ from fluidpd.server.config import TOOL_CALL_PARSERS, ServeConfig, load_chat_temp
 from fluidpd.server.errors import APIError
 from fluidpd.server.prompts import chat_messages
 from fluidpd.server.protocol import ChatCompletionRequest, ChatMessage
+from fluidpd.server.tool_choice import check_tools
+from fluidpd.server.tool_output import ToolCallStream, tool_calls_from_output
 from fluidpd.server.tool_parsers import TOOL_PARSERS, make_parser
-from fluidpd.server.tools import (
-    ToolCallStream,
-    check_tools,
-    tool_calls_from_output,
-    tool_grammar,
-    tool_request,
-    tool_schema,
-)
+from fluidpd.server.tools import tool_grammar, tool_request, tool_schema
 
 QWEN25 = (Path(__file__).parent / "data" / "qwen2.5_instruct_chat_template.jinja").read_text()
 

@@ -7,10 +7,11 @@ from typing import Any
 
 import torch
 
+from fluidpd.engine.architectures import FULL, SLIDING
 from fluidpd.engine.gguf_file import GGUFFile
 from fluidpd.engine.loaders.checkpoint import LOADERS, Checkpoint
 from fluidpd.engine.loaders.gguf import gguf_model_config
-from fluidpd.engine.model_config import FULL, SLIDING, ModelConfig, read_hf_config
+from fluidpd.engine.model_config import ModelConfig, read_hf_config
 from fluidpd.engine.model_source import DUMMY_PRESETS
 from fluidpd.engine.moe import moe_tensor_names
 

@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from fluidpd.engine.architectures import ARCHITECTURES
 from fluidpd.engine.gguf_file import GGUFFile
 from fluidpd.engine.loaders.checkpoint import LOADERS, Checkpoint
 from fluidpd.engine.loaders.gguf_gemma import gemma_config, gemma_hf_name, gemma_norm
 from fluidpd.engine.loaders.gguf_moe import gguf_moe_fields, gguf_moe_names, is_expert
-from fluidpd.engine.model_config import ARCHITECTURES, ModelConfig
+from fluidpd.engine.model_config import ModelConfig
 from fluidpd.engine.quantized import BLOCK_BYTES, QuantizedTensor
 
 GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1")

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from fluidpd.engine.model_config import FULL, SLIDING, ModelConfig
+from fluidpd.engine.architectures import FULL, SLIDING
+from fluidpd.engine.model_config import ModelConfig
 
 GEMMA_NORMS = {  # llama.cpp's name of a Gemma layer norm -> the checkpoint's (where not GGUF_NAMES')
     "post_attention_norm": "post_attention_layernorm",
