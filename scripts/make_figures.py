@@ -24,11 +24,12 @@ rewrites its JSON (minutes, the real engine on this machine):
     kv_tier      benchmarks/runtime/kv_tier.py --quick (turn-2+ TTFT with the node-shared KV store and without)
     table1       benchmarks/runtime/runtime_table1.py (chunked, static-pd, fluidpd through the real server;
                  18 min on a quiet 2-core host: run it alone)
+    peers        benchmarks/peers/engine_vs_peers.py --peer llama.cpp (needs scripts/install_llama_cpp.sh's build)
 
 Every PNG copied is at most 150 KB (over that it is quantised to a 256-colour palette with Pillow).
 
     .venv/bin/python scripts/make_figures.py [--list] [--only PART...] [--scratch DIR] [--scale]
-    .venv/bin/python scripts/make_figures.py --capture fluidtoken|top|kv_tier|table1
+    .venv/bin/python scripts/make_figures.py --capture fluidtoken|top|kv_tier|table1|peers
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ DRAWN_FROM_RESULTS = {
     "top_frame.png": "top_frame.json",
     "kv_tier_turn2_cdf.png": "kv_tier.json",
     "runtime_table1.png": "runtime_table1.json",
+    "engine_vs_llamacpp.png": "engine_vs_peers.json",
 }
 
 
@@ -283,6 +285,16 @@ def draw_table1(result: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
+def draw_peers(result: dict, path: Path) -> Path:
+    """engine_vs_peers.py's medians: fluidpd beside llama.cpp's server, the benchmark's own panels."""
+    from fluidpd.bench.peers.plot import plot_medians
+
+    title = (f"engine_vs_peers.py --peer llama.cpp, medians of {result['rounds']} rounds (lower is better for TTFT "
+             f"and RSS); {result['date']}, {result['cpu']}, load avg {result['load_avg_1m'][0]:.1f}-"
+             f"{result['load_avg_1m'][1]:.1f}")  # fmt: skip
+    return plot_medians(result["medians"], path, result["concurrency"], title)
+
+
 def draw_top(result: dict, path: Path) -> Path:
     """One `fluidpd top` frame, rendered by fluidpd.cli.top_view from the committed snapshots, as monospace text."""
     from rich.console import Console
@@ -400,6 +412,18 @@ def capture_table1() -> dict:
     return with_host(result, load0)
 
 
+def capture_peers() -> dict:
+    """engine_vs_peers.py --peer llama.cpp --rounds 3 (llama.cpp built by scripts/install_llama_cpp.sh;
+    2 min on a quiet host), its JSON with the host's date, CPU and load."""
+    load0 = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="fluidpd-peers-") as out:
+        cmd = [PY, str(ROOT / "benchmarks" / "peers" / "engine_vs_peers.py"), "--peer", "llama.cpp", "--rounds", "3",
+               "--plot", f"{out}/p.png", "--json", f"{out}/r.json"]  # fmt: skip
+        subprocess.run(cmd, check=True, cwd=ROOT)
+        result = json.loads((Path(out) / "r.json").read_text())
+    return with_host(result, load0)
+
+
 def with_host(result: dict, load0: float) -> dict:
     """`result` with the date, the CPU model and the load average at its start and end (other jobs
     share the cores)."""
@@ -489,6 +513,7 @@ CAPTURES = {
     "top": (capture_top, "top_frame.json", draw_top),
     "kv_tier": (capture_kv_tier, "kv_tier.json", draw_kv_tier),
     "table1": (capture_table1, "runtime_table1.json", draw_table1),
+    "peers": (capture_peers, "engine_vs_peers.json", draw_peers),
 }
 
 

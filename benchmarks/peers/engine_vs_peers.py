@@ -14,7 +14,9 @@ measures a peer already running. A peer that cannot start (no binary, killed by 
 never ready) is one line saying why; fluidpd is measured alone and the exit status is 1.
 Connections are never kept alive and a dropped request is retried once (dropped twice or refused:
 reported). The fluidpd it starts admits every request (`--admit-ttft-factor 0`), as llama.cpp does.
-Greedy, `ignore_eos` (servers that ignore it may stop early: their token counts are printed).
+Greedy, `ignore_eos` (servers that ignore it may stop early: their token counts are printed). Writes the
+plot (`--plot`) and the medians and every round's figures as JSON (`--json`; `scripts/make_figures.py
+--capture peers` keeps a run's in docs/results/ and draws the docs' figure from it).
 
     .venv/bin/python benchmarks/peers/engine_vs_peers.py [--url URL] [--peer llama.cpp | --peer-url URL] [--rounds 3]
         [--serve-args "--quantization gguf-q8"]
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import random
@@ -42,6 +45,7 @@ from engine_common import progress
 
 from fluidpd.bench.peers.client import RoundShape, fill, measure
 from fluidpd.bench.peers.llamacpp import REBUILD_HINT, describe_build, llama_server_binary, llama_server_cmd
+from fluidpd.bench.peers.plot import plot_medians
 from fluidpd.bench.peers.process import SERVE, ServerProcess, ServerStartError, free_port
 from fluidpd.bench.peers.proctree import tree_rss_bytes
 from fluidpd.engine.loaders import smollm2_gguf
@@ -106,26 +110,16 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b and not (math.isnan(a) or math.isnan(b)) else "n/a"
 
 
-def plot(med: dict[str, dict[str, float]], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [("single", "single-stream tok/s"), ("ttft", "TTFT cold (s)"), ("ttft_warm", "TTFT warm (s)"),
-              ("conc", f"conc-{SHAPE.concurrency} out tok/s"), ("rss", "RSS of tree (GB)"),
-              ("rss_full", "RSS, KV cycled (GB)")]  # fmt: skip
-    fig, axes = plt.subplots(1, len(panels), figsize=(3 * len(panels), 3))
-    names = list(med)
-    for ax, (key, title) in zip(axes, panels):
-        ax.bar(names, [0 if math.isnan(med[n][key]) else med[n][key] for n in names], color=["C0", "C1"][: len(names)])
-        ax.set_title(title, fontsize=9)
-        ax.tick_params(labelsize=8)
-    fig.suptitle("engine_vs_peers (medians over rounds; lower is better for TTFT and RSS)", fontsize=9)
-    fig.tight_layout()
+def write_json(path: str, med: dict, results: dict[str, list[dict]], rounds: int, peer: str | None) -> None:
+    """The medians and every round's figures (what the docs' figure is drawn from), with the peer's build."""
+    per_round = {n: [{k: x[k] for k in METRICS} for x in rs] for n, rs in results.items()}
+    lost = {n: sum(x["drops"].lost for x in rs) for n, rs in results.items()}
+    out = {"rounds": rounds, "prompt_tokens": PROMPT_TOKENS, "concurrency": SHAPE.concurrency, "peer": peer,
+           "peer_build": describe_build() if peer == "llama.cpp" else None, "medians": med,
+           "per_round": per_round, "lost_requests": lost}  # fmt: skip
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=120)
-    print(f"plot: {path}")
+    Path(path).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"results: {path}")
 
 
 def _stop_on_sigterm(*_: object) -> None:
@@ -160,6 +154,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--serve-args", default="", help='more flags for our server, e.g. "--quantization gguf-q8"')
     ap.add_argument("--plot", default="results/engine_vs_peers.png")
+    ap.add_argument("--json", default="results/engine_vs_peers.json", help="the medians and rounds (docs/results/)")
     args = ap.parse_args()
     if args.rounds < 1 or args.peer_threads < 1:
         ap.error("--rounds and --peer-threads must be at least 1")
@@ -208,7 +203,9 @@ def main() -> int:
               f"{m['rss']:7.3f} {m['rss_full']:7.3f}  {results[n][-1]['tokens']!s:12}  {retried}/{lost}")  # fmt: skip
         for err in sorted({e for x in results[n] for e in x["drops"].errors}):
             print(f"  {n} dropped or refused: {err}")
-    plot(med, args.plot)
+    title = "engine_vs_peers (medians over rounds; lower is better for TTFT and RSS)"
+    print(f"plot: {plot_medians(med, args.plot, SHAPE.concurrency, title)}")
+    write_json(args.json, med, results, args.rounds, args.peer if peer_name in med else None)
     ours, other = med["fluidpd"], med.get(peer_name)
     if other is None:
         print(f"engine_vs_peers: fluidpd alone: single-stream {ours['single']:.1f} tok/s, TTFT cold "

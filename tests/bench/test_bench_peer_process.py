@@ -117,7 +117,7 @@ def fake_fluidpd():
 def engine_vs_peers(tmp_path: Path, url: str) -> subprocess.CompletedProcess:
     script = next(BENCHMARKS.rglob("engine_vs_peers.py"))  # wherever benchmarks/ keeps it
     cmd = [sys.executable, str(script), "--url", url, "--peer", "llama.cpp", "--rounds", "1",
-           "--plot", str(tmp_path / "p.png")]  # fmt: skip
+           "--plot", str(tmp_path / "p.png"), "--json", str(tmp_path / "r.json")]  # fmt: skip
     env = {**os.environ, "FLUIDPD_CACHE": str(tmp_path / "cache")}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
@@ -143,6 +143,10 @@ def test_engine_vs_peers_without_a_built_peer_goes_on_and_exits_1(tmp_path, fake
     assert "peer llama.cpp could not start: llama.cpp's server is not at" in done.stdout
     assert "scripts/install_llama_cpp.sh" in done.stdout and "fluidpd alone" in done.stdout
     assert done.returncode == 1
+    result = json.loads((tmp_path / "r.json").read_text())  # fluidpd's figures kept, no peer's
+    assert list(result["medians"]) == ["fluidpd"] and result["peer"] is None and result["rounds"] == 1
+    assert result["medians"]["fluidpd"]["single"] > 0 and len(result["per_round"]["fluidpd"]) == 1
+    assert (tmp_path / "p.png").stat().st_size > 0
 
 
 def test_the_build_flags_the_installer_recorded_are_described(tmp_path, monkeypatch):
