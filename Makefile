@@ -41,7 +41,7 @@ test-busy: $(STAMP)
 claims: $(STAMP)
 	$(BIN)/python benchmarks/readme_claims.py $(if $(CLAIMS),--only $(CLAIMS))
 
-# the docs' figures: the simulated ones rerun (quick forms, seeded: deterministic; 14 min here, busy host), the
+# the docs' figures: the simulated ones rerun (quick forms, seeded: deterministic; 7 min here, quiet host), the
 # real-engine ones drawn from docs/results/*.json; into docs/images/ (FIGURES="--only kv" picks parts)
 figures: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/make_figures.py $(FIGURES)
