@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 from rich.table import Table
 
+from fluidpd.bench.plots import save_figure
 from fluidpd.placement.algorithms import Candidate
 from fluidpd.placement.result import Placement
 
@@ -79,11 +80,7 @@ def placement_plot(p: Placement, path: Path) -> Path:
         ax.set_xlabel("goodput per GPU (req/s)")
         ax.set_title(f"{phase} candidates (chosen in red)")
         ax.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _is_unit(p: Placement, c: Candidate) -> bool:

@@ -11,6 +11,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 
+def save_figure(fig, path: str | Path, dpi: int = 110, **kw) -> Path:
+    """`fig` laid out tight, written to `path` (its folder made) and closed; `path`."""
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, **kw)
+    plt.close(fig)
+    return path
+
+
 def cdf_plot(
     series: dict[str, tuple[np.ndarray, np.ndarray]], xlabel: str, path: Path, slo: float | None = None
 ) -> Path:
@@ -26,10 +36,7 @@ def cdf_plot(
     ax.set_ylabel("fraction of samples")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def sorted_cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -57,10 +64,7 @@ def timeline_plot(timeline, title: str, path: Path) -> Path:
     axes[0].set_title(title)
     axes[0].legend(fontsize=6, ncol=4)
     axes[-1].set_xlabel("time (s)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def bars_plot(
@@ -89,10 +93,7 @@ def bars_plot(
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=min(len(labels), 4), fontsize=8)
     else:
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight" if legend_below else None)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, bbox_inches="tight" if legend_below else None)
 
 
 def scaling_plot(
@@ -119,7 +120,4 @@ def scaling_plot(
         ax.legend(fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

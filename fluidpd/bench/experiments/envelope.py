@@ -13,6 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from fluidpd.bench.plots import save_figure
+
 GOAL_PP = -0.5  # fluidpd may trail the envelope by at most half a point
 NOTE = {"textcoords": "offset points", "fontsize": 6}
 
@@ -121,10 +123,7 @@ def envelope_plot(points: list[EnvelopePoint], path: Path, title: str) -> Path:
     bottom.set_xticklabels([p.point for p in points], rotation=30, ha="right", fontsize=8)
     bottom.grid(alpha=0.3, axis="y")
     bottom.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _pct(points: list[EnvelopePoint], attr: str) -> list[float]:

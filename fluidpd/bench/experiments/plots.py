@@ -11,6 +11,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import ListedColormap
 
+from fluidpd.bench.plots import save_figure
+
 ROLE_CODES = {"prefill": 0, "decode": 1, "colocated": 2}
 ROLE_COLORS = ["#d62728", "#1f77b4", "#7f7f7f"]
 
@@ -37,10 +39,7 @@ def attainment_vs_rate(
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def fluid_timeline(
@@ -62,10 +61,7 @@ def fluid_timeline(
     _mark_transitions(ax_p, ax_r, transitions)
     _mark_phases(ax_p, ax_r, phases)
     ax_p.legend(fontsize=7, loc="upper center")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _pressure_panel(ax, history: list, thresholds: dict[str, float], title: str) -> None:

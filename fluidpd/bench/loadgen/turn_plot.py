@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from fluidpd.bench.plots import save_figure
+
 
 def turns_plot(series: dict[str, list[dict]], path: Path, title: str = "") -> Path:
     """`series`: label -> its by-turn rows (turns.by_turn)."""
@@ -32,9 +34,4 @@ def turns_plot(series: dict[str, list[dict]], path: Path, title: str = "") -> Pa
     ax_h.set_xlabel("turn")
     ax_h.set_xticks(turns)
     ax_h.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -16,6 +16,8 @@ def plot_medians(med: dict[str, dict[str, float]], path: str | Path, concurrency
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from fluidpd.bench.plots import save_figure
+
     fig, axes = plt.subplots(1, len(PANELS), figsize=(3 * len(PANELS), 3))
     names = list(med)
     for ax, (key, label) in zip(axes, PANELS, strict=True):
@@ -23,9 +25,4 @@ def plot_medians(med: dict[str, dict[str, float]], path: str | Path, concurrency
         ax.set_title(label.format(c=concurrency), fontsize=9)
         ax.tick_params(labelsize=8)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from fluidpd.bench.experiments.envelope import EnvelopePoint, envelope_plot
+from fluidpd.bench.plots import save_figure
 
 
 def write_figures(results: dict, directory: Path) -> list[Path]:
@@ -68,7 +69,4 @@ def _plot(curves: dict, x: list, ylabel: str, title: str, path: Path, extra=None
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -16,6 +16,8 @@ def write_replan_plot(results: dict, runs: dict[str, SimResult], path: Path) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from fluidpd.bench.plots import save_figure
+
     fig, (ax_rate, ax_roles) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, height_ratios=(1, 2))
     trace_end = max(b for _, b, _ in results["workload"]["phases"])
     for a, b, label in results["workload"]["phases"]:
@@ -40,8 +42,4 @@ def write_replan_plot(results: dict, runs: dict[str, SimResult], path: Path) -> 
     ax_roles.axvline(results["workload"]["history_s"] / 3600, color="black", lw=0.8, ls="--")
     ax_roles.legend(loc="upper right")
     ax_roles.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from fluidpd.bench.plots import save_figure
+
 
 def write_figures(results: dict, directory: Path) -> list[Path]:
     """scale.png in `directory`: three panels against GPUs (log scale), one line per system."""
@@ -38,8 +40,4 @@ def write_figures(results: dict, directory: Path) -> list[Path]:
         f"same load per GPU ({st['rate_per_gpu']:g} req/s, {st['source']} populations), at least "
         f"{st['window_s']:g} s and {st['min_requests']:,} requests evaluated"
     )
-    fig.tight_layout()
-    path = directory / "scale.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(fig, directory / "scale.png")]
