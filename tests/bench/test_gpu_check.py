@@ -64,3 +64,15 @@ def test_the_bundle_pins_what_the_import_check_needs_beyond_the_gpu_image():
     for dist in ("gguf", "llguidance", "fastapi", "uvicorn", "pydantic"):
         assert dist in pins and dist in imports_check.PACKAGES.values()
     assert all(v[0].isdigit() for v in pins.values())
+
+
+def test_the_step_fidelity_benchmark_dry_run_ends_with_its_headline(tmp_path):
+    script = ROOT / "benchmarks" / "engine" / "gpu_step_fidelity.py"
+    cmd = [sys.executable, str(script), "--device", "cpu", "--tiny", "--out", str(tmp_path / "o"), "--work",
+           str(tmp_path / "w")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("gpu step fidelity (dry run") and "prefill mean |error|" in last and last.endswith("ok")
+    result = json.loads((tmp_path / "o" / "steps.json").read_text())
+    assert result["ok"] and (tmp_path / "o" / "h100-measured.json").is_file()
