@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,3 +25,12 @@ class CheckContext:
     @property
     def on_gpu(self) -> bool:
         return self.device.startswith("cuda")
+
+    def release_device(self) -> None:
+        """What this process freed (a written model's draws, an earlier check's engine) and torch's
+        allocator kept goes back to the GPU: the next engine, or a server process, needs it."""
+        gc.collect()
+        if self.on_gpu:
+            import torch
+
+            torch.cuda.empty_cache()

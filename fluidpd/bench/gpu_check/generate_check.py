@@ -16,7 +16,6 @@ continue from different contexts: nothing later is compared."""
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import inspect
 import json
@@ -43,7 +42,7 @@ def check(ctx: CheckContext) -> dict:
     t0 = time.monotonic()
     path = synthetic.write_checkpoint(ctx.work / shape, shape, device=ctx.device)
     write_s, size = time.monotonic() - t0, (path / synthetic.WEIGHTS).stat().st_size
-    _free(ctx.device)  # the drawing's cached blocks: the engine's process needs the memory
+    ctx.release_device()  # the drawing's cached blocks: the engine's process needs the memory
     result: dict[str, Any] = {"shape": shape, "write_s": round(write_s, 2), "reused": reused}
     result |= {"checkpoint_bytes": size, "write_gb_per_s": None if reused else round(size / 1e9 / write_s, 2)}
     try:
@@ -52,6 +51,7 @@ def check(ctx: CheckContext) -> dict:
         return {"ok": False, **result, "error": f"{type(exc).__name__}: {exc}"}
     result |= {k: ours[k] for k in ("load_s", "generate_s", "engine_wall_s", "finish_reason")}
     ref = transformers_greedy(path, ctx.device, ours["prompt_token_ids"], MAX_TOKENS, ours["token_ids"])
+    ctx.release_device()
     result |= {"transformers_load_s": ref["load_s"], "transformers_generate_s": ref["generate_s"]}
     result |= compare(ours["token_ids"], ref)
     return {"ok": result.pop("ok"), **result, "prompt_tokens": len(ours["prompt_token_ids"])}
@@ -94,8 +94,7 @@ def transformers_greedy(path: Path, device: str, prompt_ids: list[int], n: int, 
         _sync(device)
         t2 = time.monotonic()
     finally:
-        del model
-        _free(device)
+        del model  # the caller gives its memory back (ctx.release_device)
     return {**ref, "load_s": round(t1 - t0, 2), "generate_s": round(t2 - t1, 2)}
 
 
@@ -152,11 +151,3 @@ def _sync(device: str) -> None:
 
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
-
-
-def _free(device: str) -> None:
-    gc.collect()
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.empty_cache()

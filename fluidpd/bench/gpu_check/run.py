@@ -16,14 +16,14 @@ RESULTS = "gpu_check.json"
 
 
 def device_facts(device: str) -> dict:
-    """The machine the run saw: torch, and the GPU's name and memory where there is one."""
+    """The machine the run saw: Python, torch, and the device as `fluidpd profile` records it (a GPU's
+    name, memory and multiprocessors)."""
     import torch
 
-    facts = {"torch": torch.__version__, "python": platform.python_version(), "device": device}
-    if device.startswith("cuda") and torch.cuda.is_available():
-        p = torch.cuda.get_device_properties(torch.device(device))
-        facts |= {"gpu": p.name, "gpu_mem_bytes": p.total_memory, "sms": p.multi_processor_count}
-    return facts
+    from fluidpd.bench.host_profile.measure import device_facts as device_record
+
+    record = device_record(device)
+    return {"python": platform.python_version(), "torch": torch.__version__, "device": device, "record": record}
 
 
 def run_checks(ctx: CheckContext, names: tuple[str, ...]) -> dict:

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import httpx
 
 from fluidpd.bench.gpu_check.context import CheckContext
 from fluidpd.bench.gpu_check.synthetic import write_checkpoint
+from fluidpd.bench.peers.process import free_port
 
 WORKERS = 3
 PROMPT = "A fox jumps"  # under one KV block (16 tokens): the reference is no prefix-cache hit, computed as the stream
@@ -37,8 +37,8 @@ LOG = "serve_check.log"
 def check(ctx: CheckContext) -> dict:
     shape = "tiny" if ctx.tiny else "llama-3.1-8b"
     model = write_checkpoint(ctx.work / shape, shape, device=ctx.device)
-    _release_device(ctx)
-    port, log = _free_port(), ctx.work / LOG
+    ctx.release_device()  # the server's process needs the weights, three workers' KV, the profile's activations
+    port, log = free_port(), ctx.work / LOG
     t0 = time.monotonic()
     with log.open("w") as out:
         proc = subprocess.Popen(
@@ -74,20 +74,6 @@ def _env() -> dict[str, str]:
     here = str(Path(__file__).resolve().parents[3])  # this checkout: the subprocess imports the same fluidpd
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), here) if p)
     return env
-
-
-def _release_device(ctx: CheckContext) -> None:
-    """What torch's allocator in this process keeps of the GPU (writing the model, earlier checks) goes
-    back to the device: the server needs the weights, three workers' KV and the profile's activations."""
-    torch = sys.modules.get("torch")
-    if ctx.on_gpu and torch is not None and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_ready(base: str, proc: subprocess.Popen, ctx: CheckContext, log: Path) -> None:

@@ -11,7 +11,6 @@ compares it with the 8B on an H100 (numbers without meaning, labelled dry_run).
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import time
@@ -48,7 +47,7 @@ def check(ctx: CheckContext) -> dict:
     shape = "tiny" if ctx.tiny else MODEL
     path = write_checkpoint(ctx.work / shape, shape, device=ctx.device)
     kind, gpu = gpu_kind(ctx.device)
-    _free_memory(ctx.device)
+    ctx.release_device()
     # bfloat16 on the CPU too: the dry run takes the GPU's path (page gathers + SDPA, torch layer ops)
     engine = EngineConfig(
         model=str(path), device=ctx.device, dtype="bfloat16", max_model_len=None if ctx.tiny else 16384
@@ -56,7 +55,7 @@ def check(ctx: CheckContext) -> dict:
     cfg = ProfileConfig(**TINY) if ctx.tiny else gpu_config(repeats=3, jitter_steps=200, transfer_repeats=5)
     deadline = time.monotonic() + ctx.left_s() - (5.0 if ctx.tiny else RESERVE_S)
     profile = measure_profile(engine, cfg, progress=False, parts=GPU_PARTS, deadline=deadline, keep_going=True)
-    _free_memory(ctx.device)
+    ctx.release_device()
     profile["gpu_check"] = {"kind": kind, "dry_run": not ctx.on_gpu, "shape": shape}
     rows = compare(profile["steps"], kind)
     points = [r for r in rows if r["kind"] != "mixed"]
@@ -162,12 +161,3 @@ def _write_profile(ctx: CheckContext, profile: dict, kind: str) -> dict:
         "profile": path.name,
         "profile_fit": {"mean_rel_error": fit.mean_rel_error, "max_rel_error": fit.max_rel_error},
     }
-
-
-def _free_memory(device: str) -> None:
-    """What earlier checks left on the GPU goes back to it (the KV budget is the memory free)."""
-    gc.collect()
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.empty_cache()

@@ -108,7 +108,8 @@ def device_facts(device: str) -> dict:
     import torch
 
     p = torch.cuda.get_device_properties(torch.device(device))
-    return {"type": "cuda", "name": p.name, "mem_bytes": p.total_memory, "torch": torch.__version__}
+    return {"type": "cuda", "name": p.name, "mem_bytes": p.total_memory, "sms": p.multi_processor_count,
+            "torch": torch.__version__}  # fmt: skip
 
 
 @dataclass
