@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
@@ -390,38 +391,34 @@ def capture_fluidtoken() -> dict:
     return with_host(result, load0)
 
 
-def capture_kv_tier() -> dict:
-    """kv_tier.py --quick (two fresh servers: no store, then the store), its JSON with the host's date,
-    CPU and load."""
+def run_benchmark(script: str, args: Callable[[str], list[str]], result: str, cwd: Path = ROOT) -> dict:
+    """benchmarks/`script` with `args(out)` (`out`: a scratch folder), and the JSON `result` it wrote
+    there, with the host's date, CPU and load."""
     load0 = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="fluidpd-kv-tier-") as out:
-        cmd = [PY, str(ROOT / "benchmarks" / "runtime" / "kv_tier.py"), "--quick", "--out", out]
-        subprocess.run(cmd, check=True, cwd=ROOT)
-        result = json.loads((Path(out) / "kv_tier.json").read_text())
-    return with_host(result, load0)
+    with tempfile.TemporaryDirectory(prefix="fluidpd-capture-") as out:
+        subprocess.run([PY, str(ROOT / "benchmarks" / script), *args(out)], check=True, cwd=cwd)
+        data = json.loads((Path(out) / result).read_text())
+    return with_host(data, load0)
+
+
+def capture_kv_tier() -> dict:
+    """kv_tier.py --quick (two fresh servers: no store, then the store)."""
+    return run_benchmark("runtime/kv_tier.py", lambda out: ["--quick", "--out", out], "kv_tier.json")
 
 
 def capture_table1() -> dict:
-    """runtime_table1.py at its defaults (the three systems through the real server; 30-40 min on a
-    quiet 2-core host), its JSON with the host's date, CPU and load."""
-    load0 = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="fluidpd-table1-") as out:
-        cmd = [PY, str(ROOT / "benchmarks" / "runtime" / "runtime_table1.py"), "--out", out]
-        subprocess.run(cmd, check=True, cwd=ROOT / "benchmarks")
-        result = json.loads((Path(out) / "table1.json").read_text())
-    return with_host(result, load0)
+    """runtime_table1.py at its defaults (the three systems through the real server; 18 min on a quiet
+    2-core host)."""
+    return run_benchmark("runtime/runtime_table1.py", lambda out: ["--out", out], "table1.json", ROOT / "benchmarks")
 
 
 def capture_peers() -> dict:
     """engine_vs_peers.py --peer llama.cpp --rounds 3 (llama.cpp built by scripts/install_llama_cpp.sh;
-    2 min on a quiet host), its JSON with the host's date, CPU and load."""
-    load0 = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="fluidpd-peers-") as out:
-        cmd = [PY, str(ROOT / "benchmarks" / "peers" / "engine_vs_peers.py"), "--peer", "llama.cpp", "--rounds", "3",
-               "--plot", f"{out}/p.png", "--json", f"{out}/r.json"]  # fmt: skip
-        subprocess.run(cmd, check=True, cwd=ROOT)
-        result = json.loads((Path(out) / "r.json").read_text())
-    return with_host(result, load0)
+    2 min on a quiet host)."""
+    args = ["--peer", "llama.cpp", "--rounds", "3"]
+    return run_benchmark(
+        "peers/engine_vs_peers.py", lambda out: [*args, "--plot", f"{out}/p.png", "--json", f"{out}/r.json"], "r.json"
+    )
 
 
 def with_host(result: dict, load0: float) -> dict:
